@@ -1,0 +1,17 @@
+"""wmzoo: interchangeable world-model backbones for model-based reinforcement learning."""
+
+from wmzoo.errors import MissingDependencyError, UnknownNameError, WmzooError
+from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackboneEntry",
+    "EnvEntry",
+    "MissingDependencyError",
+    "PolicyEntry",
+    "UnknownNameError",
+    "WmzooError",
+    "__version__",
+    "hookimpl",
+]

@@ -1,0 +1,231 @@
+"""The speed and memory harness behind ``wmzoo bench``.
+
+Times, in one process and side by side, either the world-model **train** step (forward loss,
+backward, optimiser step of every component) or the **imagine** loop (observe a context, then the
+generic imagination engine with a uniformly random policy) of any registered backbone, on
+synthetic data of an environment's shape, after warm-up iterations. Throughput is frames per
+second: ``B·T`` trained frames per train step, ``B·H`` imagined frames per imagination.
+Peak memory is the resident set size sampled every 5 ms while the backbone runs (and, on CUDA,
+``torch.cuda.max_memory_allocated``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from wmzoo.errors import WmzooError
+from wmzoo.imagination import imagine, random_actions
+from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.registry import default_registry, env_info, make_env, world_model_spec
+from wmzoo.train.optim import Optimizer
+
+Mode = Literal["train", "imagine"]
+SYNTHETIC_ENV = EnvInfo(name="synthetic-64x64", obs_shape=(3, 64, 64), num_actions=6)
+
+
+@dataclass
+class BenchRecord:
+    backbone: str  # as given, e.g. "rssm:paper"
+    preset: str
+    mode: str
+    batch_size: int
+    seq_len: int
+    horizon: int
+    params: int
+    throughput: float  # frames per second
+    seconds_per_iter: float
+    peak_rss_mb: float
+    rss_increase_mb: float
+    peak_cuda_mb: float
+    iters: int
+    device: str
+    threads: int
+
+
+class RssSampler:
+    """Peak resident set size of this process while the ``with`` block runs (5 ms sampling)."""
+
+    def __init__(self) -> None:
+        self.peak = self.start = _rss_mb()
+        self._stop = threading.Event()
+
+    def __enter__(self) -> RssSampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss_mb())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
+
+
+def _rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def synthetic_batch(env: EnvInfo, batch: int, seq_len: int, device: torch.device, seed: int = 0) -> Batch:
+    """Random frames, actions and rewards of ``env``'s shape; episodes start at column 0."""
+    g = torch.Generator().manual_seed(seed)
+    if env.discrete:
+        action = torch.randint(env.num_actions, (batch, seq_len), generator=g)
+    else:
+        action = torch.rand(batch, seq_len, env.num_actions, generator=g) * 2 - 1
+    is_first = torch.zeros(batch, seq_len, dtype=torch.bool)
+    is_first[:, 0] = True
+    return Batch(
+        obs=torch.randint(0, 256, (batch, seq_len, *env.obs_shape), dtype=torch.uint8, generator=g),
+        action=action,
+        reward=torch.randn(batch, seq_len, generator=g),
+        terminal=torch.rand(batch, seq_len, generator=g) < 0.001,
+        is_first=is_first,
+    ).to(device)
+
+
+def parse_backbones(text: str, default_preset: str) -> list[tuple[str, str, str]]:
+    """``"rssm:paper,s4wm"`` -> ``[("rssm:paper", "rssm", "paper"), ("s4wm", "s4wm", default)]``."""
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, _, preset = item.partition(":")
+        out.append((item, name, preset or default_preset))
+    if not out:
+        raise WmzooError("--backbones: give at least one NAME[:PRESET]")
+    return out
+
+
+def bench_env(name: str | None) -> EnvInfo:
+    if name is None:
+        return SYNTHETIC_ENV
+    env = make_env(name)
+    try:
+        return env_info(env, name)
+    finally:
+        env.close()
+
+
+def run_bench(
+    backbones: str,
+    mode: Mode,
+    preset: str = "tiny",
+    batch: int = 16,
+    seq_len: int = 64,
+    horizon: int = 15,
+    iters: int = 5,
+    warmup: int = 1,
+    env: str | None = None,
+    device: str = "cpu",
+    decode: bool = False,
+) -> list[BenchRecord]:
+    """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, one after the other."""
+    if mode not in ("train", "imagine"):
+        raise WmzooError(f"--mode {mode!r}: choose train or imagine")
+    items = parse_backbones(backbones, preset)
+    registry = default_registry()
+    for _, name, p in items:  # fail on any bad name before measuring anything
+        world_model_spec(name, p)
+    info = bench_env(env)
+    dev = torch.device(device)
+    records = []
+    for label, name, p in items:
+        torch.manual_seed(0)
+        spec = world_model_spec(name, p)
+        wm = registry.backbone(name).build(spec, info).to(dev)
+        params = sum(x.numel() for x in wm.parameters())
+        data = synthetic_batch(info, batch, seq_len, dev)
+        step = _train_step(wm, data) if mode == "train" else _imagine_step(wm, data, horizon, info, decode)
+        for _ in range(warmup):
+            step()
+        _sync(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        with RssSampler() as rss:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                step()
+            _sync(dev)
+            seconds = (time.perf_counter() - t0) / iters
+        frames = batch * (seq_len if mode == "train" else horizon)
+        records.append(BenchRecord(
+            backbone=label, preset=p, mode=mode, batch_size=batch, seq_len=seq_len,
+            horizon=horizon if mode == "imagine" else 0, params=params,
+            throughput=frames / seconds, seconds_per_iter=seconds,
+            peak_rss_mb=round(rss.peak, 1), rss_increase_mb=round(rss.peak - rss.start, 1),
+            peak_cuda_mb=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
+            iters=iters, device=str(dev), threads=torch.get_num_threads(),
+        ))
+        del wm, data, step
+    return records
+
+
+def _train_step(wm, data: Batch):
+    opts = [Optimizer(params, spec) for params, spec in wm.components().values()]
+    wm.train()
+    carry = None
+
+    def step() -> None:
+        nonlocal carry
+        out = wm.loss(data, carry)
+        for opt in opts:
+            opt.zero_grad()
+        sum(out.losses.values()).backward()
+        for opt in opts:
+            opt.step()
+        carry = out.carry
+
+    return step
+
+
+def _imagine_step(wm, data: Batch, horizon: int, info: EnvInfo, decode: bool):
+    wm.eval()
+    policy = random_actions(info.num_actions, info.discrete)
+
+    @torch.no_grad()
+    def step() -> None:
+        start = wm.observe(data)
+        imagine(wm, policy, start, horizon, decode=decode)
+
+    return step
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def format_table(records: list[BenchRecord]) -> str:
+    """A plain table with each backbone's throughput relative to the first one."""
+    if not records:
+        return ""
+    base = records[0].throughput
+    head = f"{'backbone':<22}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}{'ratio':>8}{'peak RSS MB':>13}"
+    rows = [head]
+    for r in records:
+        rows.append(
+            f"{r.backbone:<22}{r.mode:<9}{r.batch_size:>4}{r.seq_len:>6}{r.horizon:>4}{r.params:>12,}"
+            f"{r.throughput:>12.1f}{r.throughput / base:>8.2f}{r.peak_rss_mb:>13.0f}"
+        )
+    return "\n".join(rows)
+
+
+def write_json(path: str | Path, records: list[BenchRecord]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps([asdict(r) for r in records], indent=2))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,249 @@
+"""``wmzoo``: list, run, eval, imagine, bench, spec.
+
+Every user error (unknown name, bad value, missing optional dependency, corrupt checkpoint,
+interrupted run) prints one line ``wmzoo: error: ...`` and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from wmzoo.errors import WmzooError
+
+EPILOG = """examples:
+  wmzoo list
+  wmzoo run --backbone rssm --env minigrid-memory-s7 --preset tiny --logdir runs/mem
+  wmzoo run --logdir runs/mem --resume
+  wmzoo eval --checkpoint runs/mem/checkpoint.safetensors --episodes 5
+  wmzoo imagine --checkpoint runs/mem/checkpoint.safetensors --out mem.gif
+  wmzoo bench --backbones rssm:tiny,rssm:small --mode train --batch 4 --seq-len 64
+  wmzoo spec --backbone rssm --preset paper
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2), like every other wmzoo error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="wmzoo", description="Interchangeable world-model backbones for model-based RL.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="backbones, environments and policies, with availability")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--kind", choices=("backbone", "env", "policy"))
+
+    p = sub.add_parser("run", help="train a backbone on an environment (online, or --offline)")
+    p.add_argument("--backbone", help="backbone name (default: rssm)")
+    p.add_argument("--env", help="environment name (default: minigrid-empty-5x5)")
+    p.add_argument("--preset", help="tiny (CPU minutes, default), small (CPU hour) or paper")
+    p.add_argument("--policy", help="policy plugin (default: the backbone's own)")
+    p.add_argument("--steps", type=int, help="env steps (online) or updates (--offline)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a spec field, e.g. model.deter=512, train.train_ratio=32")
+    p.add_argument("--config", help="YAML file of fields (same keys as run.yaml)")
+    p.add_argument("--logdir", help="run folder (default: runs/<backbone>-<env>-<preset>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --logdir")
+    p.add_argument("--offline", metavar="DIR", help="train only the world model on recorded episodes in DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("eval", help="returns of a checkpoint's policy in its real environment")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--episodes", type=int, default=5)
+    p.add_argument("--max-steps", type=int, default=10_000, help="cap on steps per episode")
+    p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy mode")
+    p.add_argument("--seed", type=int, default=10_000)
+    p.add_argument("--json", dest="json_path", help="also write the results as JSON here")
+
+    p = sub.add_parser("imagine", help="real frames beside imagined ones from the same start and actions")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--out", required=True, help="FILE.gif (animation) or FILE.png (strip)")
+    p.add_argument("--context", type=int, default=8, help="real frames observed before imagining")
+    p.add_argument("--horizon", type=int, default=32, help="imagined frames")
+    p.add_argument("--seed", type=int, default=20_000)
+
+    p = sub.add_parser("bench", help="time world-model training or imagination, side by side")
+    p.add_argument("--backbones", required=True, help="NAME[:PRESET],... e.g. rssm:paper,s4wm:paper")
+    p.add_argument("--mode", required=True, choices=("train", "imagine"))
+    p.add_argument("--preset", default="tiny", help="preset for names without :PRESET")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=64, help="training length (train) or context (imagine)")
+    p.add_argument("--horizon", type=int, default=15, help="imagined steps (imagine)")
+    p.add_argument("--iters", type=int, default=5, help="timed iterations")
+    p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
+    p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--decode", action="store_true", help="imagine: also decode every imagined frame")
+    p.add_argument("--json", dest="json_path", help="write the records as JSON here")
+
+    p = sub.add_parser("spec", help="print a backbone's resolved spec and every field's meaning")
+    p.add_argument("--backbone", default="rssm")
+    p.add_argument("--policy")
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args) or 0
+    except WmzooError as exc:
+        print(f"wmzoo: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wmzoo: error: interrupted", file=sys.stderr)
+        return 2
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from wmzoo.registry import default_registry
+
+    rows = [r for r in default_registry().listings() if args.kind in (None, r.kind)]
+    if args.format == "json":
+        print(json.dumps([r.__dict__ for r in rows], indent=2))
+        return 0
+    for kind in ("backbone", "env", "policy"):
+        group = [r for r in rows if r.kind == kind]
+        if not group:
+            continue
+        print({"backbone": "backbones:", "env": "environments:", "policy": "policies:"}[kind])
+        for r in group:
+            status = "ok" if r.available else f"unavailable: {r.reason}"
+            print(f"  {r.name:<24} {status:<14} {r.description if r.available else ''}".rstrip())
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from wmzoo.config import run_spec
+    from wmzoo.specs import RunSpec, load_config, validate
+    from wmzoo.train.loop import train_offline, train_online
+
+    if args.resume:
+        if not args.logdir:
+            raise WmzooError("--resume needs --logdir (the folder of the run to continue)")
+        logdir = Path(args.logdir)
+        if not (logdir / "checkpoint.safetensors").is_file():
+            raise WmzooError(f"--resume: {logdir} holds no checkpoint.safetensors to continue from")
+        saved = load_config(logdir / "run.yaml")
+        if args.steps:
+            saved["train"]["steps"] = args.steps
+        run = validate(RunSpec, saved)
+        path = train_online(run, logdir, resume=True, show_progress=not args.no_progress)
+        print(f"checkpoint: {path}")
+        return 0
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"train.steps={args.steps}")
+    run = run_spec(args.backbone, args.env, args.preset, args.policy, args.seed, args.config, overrides)
+    logdir = Path(args.logdir or f"runs/{run.backbone}-{run.env}-{run.preset}")
+    if args.offline:
+        path = train_offline(run, Path(args.offline), logdir, updates=run.train.steps,
+                             show_progress=not args.no_progress)
+    else:
+        path = train_online(run, logdir, show_progress=not args.no_progress)
+    print(f"checkpoint: {path}")
+    print(f"imagination: {logdir / 'imagination.gif'}")
+    print(f"tensorboard: tensorboard --logdir {logdir / 'tb'}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from wmzoo.eval.rollout import evaluate, load_agent
+
+    if args.episodes < 1 or args.max_steps < 1:
+        raise WmzooError("--episodes and --max-steps must be at least 1")
+    agent = load_agent(args.checkpoint)
+    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=args.sample)
+    for i, r in enumerate(results):
+        print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length})")
+    mean = sum(r.ret for r in results) / len(results)
+    print(f"mean return over {len(results)} episodes: {mean:.3f}")
+    if args.json_path:
+        payload = {"checkpoint": str(args.checkpoint), "env": agent.run.env, "mean_return": mean,
+                   "episodes": [r.__dict__ for r in results]}
+        _write_text(Path(args.json_path), json.dumps(payload, indent=2))
+    return 0
+
+
+def cmd_imagine(args: argparse.Namespace) -> int:
+    from wmzoo.eval.rollout import load_agent, record_episode
+    from wmzoo.train.logger import side_by_side, write_frames
+    from wmzoo.train.loop import imagine_open_loop
+
+    if not args.out.lower().endswith((".gif", ".png")):
+        raise WmzooError(f"--out {args.out}: the file must end in .gif or .png")
+    if args.context < 1 or args.horizon < 1:
+        raise WmzooError("--context and --horizon must be at least 1")
+    agent = load_agent(args.checkpoint)
+    batch = record_episode(agent, args.context + args.horizon, seed=args.seed)
+    real, model = imagine_open_loop(agent, batch, args.context)
+    path = write_frames(args.out, side_by_side(real, model, args.context))
+    print(f"wrote {path}: {len(real)} frames, real (left) beside the model's (right); "
+          f"first {args.context} reconstructed, then imagined")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from wmzoo.bench.harness import format_table, run_bench, write_json
+
+    for name in ("batch", "seq_len", "horizon", "iters"):
+        if getattr(args, name) < 1:
+            raise WmzooError(f"--{name.replace('_', '-')} must be at least 1")
+    records = run_bench(
+        args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
+        args.iters, args.warmup, args.env, args.device, args.decode,
+    )
+    print(format_table(records))
+    if args.json_path:
+        print(f"wrote {write_json(args.json_path, records)}")
+    return 0
+
+
+def cmd_spec(args: argparse.Namespace) -> int:
+    import yaml
+
+    from wmzoo.config import run_spec
+    from wmzoo.registry import default_registry
+    from wmzoo.specs import TrainSpec, field_help
+
+    run = run_spec(args.backbone, None, args.preset, args.policy, None, None, args.overrides)
+    print(yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False).rstrip())
+    registry = default_registry()
+    print("\n# fields (--set KEY=VALUE):")
+    for line in field_help(registry.backbone(run.backbone).spec, "model."):
+        print(f"#   {line}")
+    for line in field_help(registry.policy(run.policy_name).spec, "policy."):
+        print(f"#   {line}")
+    for line in field_help(TrainSpec, "train."):
+        print(f"#   {line}")
+    return 0
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+COMMANDS = {
+    "list": cmd_list, "run": cmd_run, "eval": cmd_eval, "imagine": cmd_imagine,
+    "bench": cmd_bench, "spec": cmd_spec,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

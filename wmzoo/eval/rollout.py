@@ -1,0 +1,97 @@
+"""Evaluate a checkpoint in its real environment, and record real-vs-imagined rollouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.registry import make_env
+from wmzoo.specs import RunSpec
+from wmzoo.train.agent import Agent
+from wmzoo.train.checkpoint import load_checkpoint
+
+
+def load_agent(checkpoint: str | Path) -> Agent:
+    """Rebuild the agent of a checkpoint (spec, env shapes, weights) without pickle."""
+    tree = load_checkpoint(checkpoint)
+    run = RunSpec.model_validate(tree["run"])
+    env = tree["env"]
+    info = EnvInfo(**{**env, "obs_shape": tuple(env["obs_shape"])})
+    torch.manual_seed(run.seed)
+    agent = Agent(run, info)
+    agent.load_state_tree(tree)
+    return agent
+
+
+@dataclass
+class EpisodeResult:
+    ret: float
+    length: int
+    info: dict[str, Any]
+
+
+def evaluate(agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sample: bool = False) -> list[EpisodeResult]:
+    """Run ``episodes`` episodes (test-time env protocol) and return their returns."""
+    run = agent.run
+    env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
+    results = []
+    try:
+        for episode in range(episodes):
+            obs, info = env.reset(seed=seed + episode)
+            agent.reset_acting()
+            first, total, steps, done = True, 0.0, 0, False
+            while not done and steps < max_steps:
+                action = agent.act(obs[None], np.array([first]), sample=sample)[0]
+                obs, reward, terminated, truncated, info = env.step(action)
+                total += float(reward)
+                steps += 1
+                first = False
+                done = terminated or truncated
+            results.append(EpisodeResult(total, steps, _jsonable(info)))
+    finally:
+        env.close()
+    return results
+
+
+def record_episode(agent: Agent, steps: int, seed: int = 20_000) -> Batch:
+    """A 1-row batch of ``steps`` real rows played by the agent's policy (same row layout as replay)."""
+    run = agent.run
+    env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
+    rows: dict[str, list] = {k: [] for k in ("obs", "action", "reward", "terminal", "is_first")}
+    try:
+        obs, _ = env.reset(seed=seed)
+        agent.reset_acting()
+        first = True
+        while len(rows["obs"]) < steps:
+            action = agent.act(obs[None], np.array([first]))[0]
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            for key, value in zip(rows, (obs, action, reward, terminated, first)):
+                rows[key].append(value)
+            obs, first = next_obs, False
+            if terminated or truncated:
+                obs, _ = env.reset()
+                first = True
+    finally:
+        env.close()
+    return Batch(
+        obs=torch.as_tensor(np.stack(rows["obs"]))[None],
+        action=torch.as_tensor(np.stack(rows["action"]))[None].to(agent.env.action_dtype),
+        reward=torch.as_tensor(np.array(rows["reward"], np.float32))[None],
+        terminal=torch.as_tensor(np.array(rows["terminal"]))[None],
+        is_first=torch.as_tensor(np.array(rows["is_first"]))[None],
+    )
+
+
+def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in info.items():
+        if isinstance(value, (int, float, str, bool)):
+            out[key] = value
+        elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
+            out[key] = {k: float(v) for k, v in value.items()}
+    return out

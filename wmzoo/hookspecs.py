@@ -1,0 +1,117 @@
+"""The plugin API: pluggy hook specifications and the entries they return.
+
+A plugin is any importable object (usually a module) with functions marked ``@hookimpl`` named
+like the specs below, advertised through an entry point in the group ``wmzoo``::
+
+    # pyproject.toml of a third-party package
+    [project.entry-points.wmzoo]
+    mybackbone = "my_package.plugin"
+
+    # my_package/plugin.py
+    from wmzoo import BackboneEntry, hookimpl
+
+    @hookimpl
+    def wmzoo_backbones():
+        return [BackboneEntry(name="mybackbone", spec=MySpec, presets=PRESETS, build=MyModel)]
+
+wmzoo's own backbones, environments and policies register through exactly this mechanism.
+Hooks are always called with keyword arguments; every hook here collects lists from all plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import gymnasium
+
+    from wmzoo.interfaces import EnvInfo, Policy, WorldModel
+    from wmzoo.specs import PolicySpec, WorldModelSpec
+
+PROJECT = "wmzoo"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@dataclass(frozen=True)
+class BackboneEntry:
+    """A world-model backbone.
+
+    ``presets`` must hold ``tiny``, ``small`` and ``paper`` instances of ``spec``;
+    ``build(spec, env)`` returns the :class:`~wmzoo.interfaces.WorldModel`.
+    """
+
+    name: str
+    spec: type[WorldModelSpec]
+    presets: Mapping[str, WorldModelSpec]
+    build: Callable[[WorldModelSpec, EnvInfo], WorldModel]
+    default_policy: str = "dreamer"
+    description: str = ""
+    paper: str = ""
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """A policy (agent trained in imagination). ``build(spec, feature_shape, env)``."""
+
+    name: str
+    spec: type[PolicySpec]
+    presets: Mapping[str, PolicySpec]
+    build: Callable[[PolicySpec, tuple[int, ...], EnvInfo], Policy]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """An environment, or a family of them when ``name`` ends with ``*`` (``minigrid-*``).
+
+    ``make(name, seed=..., size=..., train=...)`` returns a ``gymnasium.Env`` whose observations
+    are uint8 ``(3, size, size)`` arrays and whose actions are discrete. ``requires`` lists the
+    modules it imports, so availability is known without importing them; ``extra`` is the
+    ``pip install "wmzoo[extra]"`` that provides them.
+    """
+
+    name: str
+    make: Callable[..., gymnasium.Env]
+    requires: tuple[str, ...] = ()
+    extra: str = ""
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    examples: tuple[str, ...] = field(default=())  # concrete names of a family, for listings
+
+    def matches(self, name: str) -> bool:
+        if self.name.endswith("*"):
+            return name.startswith(self.name[:-1]) and len(name) > len(self.name) - 1
+        return name == self.name or name in self.aliases
+
+
+class WmzooSpecs:
+    """Hook specifications (collected by the plugin manager)."""
+
+    @hookspec
+    def wmzoo_backbones(self) -> list[BackboneEntry]:  # type: ignore[empty-body]
+        """Return the world-model backbones this plugin provides."""
+
+    @hookspec
+    def wmzoo_policies(self) -> list[PolicyEntry]:  # type: ignore[empty-body]
+        """Return the policies (agents trained in imagination) this plugin provides."""
+
+    @hookspec
+    def wmzoo_envs(self) -> list[EnvEntry]:  # type: ignore[empty-body]
+        """Return the environments (or families of them) this plugin provides."""
+
+
+
+__all__ = [
+    "BackboneEntry",
+    "EnvEntry",
+    "PolicyEntry",
+    "WmzooSpecs",
+    "hookimpl",
+    "hookspec",
+]
+

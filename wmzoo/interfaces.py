@@ -1,0 +1,290 @@
+"""The contract between wmzoo's core and every backbone and policy.
+
+Data conventions (DESIGN.md): a batch holds sequences ``obs`` uint8 ``[B, T, C, H, W]``,
+``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
+``terminal`` bool ``[B, T]`` and ``is_first`` bool ``[B, T]``. ``action[t]`` is taken after
+seeing ``obs[t]``; ``reward[t]`` and ``terminal[t]`` result from it. An episode of ``n`` steps is
+stored as ``n + 1`` rows: the last row holds the final observation with a zero action, zero reward
+and ``terminal = False``; the next episode starts with ``is_first = True``.
+
+A recurrent *state* is a ``dict[str, Tensor]`` whose tensors all have the batch as their leading
+dimension, so the core can index, flatten, detach and reset it without knowing what is inside.
+
+The abstract classes below are the parts a backbone is built from (:class:`Encoder`,
+:class:`Dynamics`, :class:`Decoder`) and the two objects the core drives (:class:`WorldModel`,
+:class:`Policy`). The core only ever calls :class:`WorldModel` and :class:`Policy`; the parts exist
+so that backbones share and swap them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from wmzoo.specs import OptimSpec, PolicySpec, WorldModelSpec
+
+State = dict[str, Tensor]
+"""A recurrent state: named tensors, batch first."""
+
+
+# --------------------------------------------------------------------------- state helpers
+
+
+def map_state(fn: Callable[[Tensor], Tensor], state: State) -> State:
+    """Apply ``fn`` to every tensor of ``state``."""
+    return {key: fn(value) for key, value in state.items()}
+
+
+def detach_state(state: State) -> State:
+    """Cut the gradient into past segments (truncated BPTT)."""
+    return map_state(Tensor.detach, state)
+
+
+def flatten_state(state: State, dims: int = 2) -> State:
+    """Merge the leading ``dims`` dimensions, e.g. ``[B, T, ...] -> [B*T, ...]``."""
+    return map_state(lambda x: x.reshape(-1, *x.shape[dims:]), state)
+
+
+def index_state(state: State, index: Any) -> State:
+    """Select along the leading (batch) dimension or dimensions."""
+    return map_state(lambda x: x[index], state)
+
+
+def stack_states(states: list[State], dim: int = 1) -> State:
+    """Stack per-step states into a sequence state (time at ``dim``)."""
+    return {key: torch.stack([s[key] for s in states], dim) for key in states[0]}
+
+
+def reset_state(state: State, initial: State, mask: Tensor) -> State:
+    """Where ``mask[b]`` is true, replace row ``b`` of ``state`` with row ``b`` of ``initial``."""
+    out = {}
+    for key, value in state.items():
+        m = mask.reshape(-1, *([1] * (value.dim() - 1))).to(torch.bool)
+        out[key] = torch.where(m, initial[key].to(value.dtype), value)
+    return out
+
+
+# --------------------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What a model needs to know about an environment: shapes, not the env itself."""
+
+    name: str
+    obs_shape: tuple[int, int, int]  # (C, H, W), uint8
+    num_actions: int  # discrete actions; for continuous control the action dimension
+    discrete: bool = True
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return () if self.discrete else (self.num_actions,)
+
+    @property
+    def action_dtype(self) -> torch.dtype:
+        return torch.int64 if self.discrete else torch.float32
+
+
+@dataclass
+class Batch:
+    """A batch of sequences (see the module docstring for shapes and alignment)."""
+
+    obs: Tensor
+    action: Tensor
+    reward: Tensor
+    terminal: Tensor
+    is_first: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(B, T)``."""
+        return tuple(self.reward.shape[:2])  # type: ignore[return-value]
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def slice(self, start: int, stop: int) -> Batch:
+        """The time window ``[start, stop)`` of every field."""
+        return Batch(**{f.name: getattr(self, f.name)[:, start:stop] for f in fields(self)})
+
+    def validate(self, env: EnvInfo) -> None:
+        """Raise ``ValueError`` naming the first field whose dtype or shape breaks the contract."""
+        B, T = self.shape
+        expected = {
+            "obs": ((B, T, *env.obs_shape), torch.uint8),
+            "action": ((B, T, *env.action_shape), env.action_dtype),
+            "reward": ((B, T), torch.float32),
+            "terminal": ((B, T), torch.bool),
+            "is_first": ((B, T), torch.bool),
+        }
+        for name, (shape, dtype) in expected.items():
+            value = getattr(self, name)
+            if tuple(value.shape) != shape or value.dtype != dtype:
+                raise ValueError(
+                    f"batch.{name}: expected {dtype} {list(shape)}, got {value.dtype} {list(value.shape)}"
+                )
+
+
+@dataclass
+class Step:
+    """One imagined step, as returned by :meth:`WorldModel.imagine_step`."""
+
+    state: State
+    reward: Tensor  # [B] predicted reward of the action just taken
+    cont: Tensor  # [B] predicted probability that the episode continues, in [0, 1]
+    features: Tensor  # [B, *feature_shape] what the policy reads in the new state
+
+
+@dataclass
+class TrainOutput:
+    """What :meth:`WorldModel.loss` returns for one training batch."""
+
+    losses: dict[str, Tensor]  # one scalar per component name of WorldModel.components()
+    metrics: dict[str, float]  # scalars to log (already detached floats)
+    start: State  # states imagination starts from, batch-flattened [N, ...], detached
+    start_cont: Tensor  # [N] whether each start state is non-terminal (1.0) or terminal (0.0)
+    carry: State | None = None  # last state of each row, detached, when training is stateful
+
+
+@dataclass
+class Trajectory:
+    """An imagined rollout of horizon ``H`` from ``B`` start states (time first)."""
+
+    features: Tensor  # [H + 1, B, *F]  features[0] is the start state's
+    actions: Tensor  # [H, B, ...]      actions[t] taken in features[t]
+    rewards: Tensor  # [H, B]           reward of actions[t]
+    conts: Tensor  # [H, B]           continue probability after actions[t]
+    weights: Tensor  # [H + 1, B]       product of continues up to t (termination mask)
+    policy_state: State = field(default_factory=dict)  # policy state at the start
+    images: Tensor | None = None  # [H + 1, B, C, H, W] uint8 when decoding was asked for
+
+    @property
+    def horizon(self) -> int:
+        return self.actions.shape[0]
+
+
+# --------------------------------------------------------------------------- components
+
+
+class Encoder(nn.Module, ABC):
+    """Maps observations ``uint8 [..., C, H, W]`` to embeddings ``[..., out_dim]``."""
+
+    out_dim: int
+
+    @abstractmethod
+    def forward(self, obs: Tensor) -> Tensor: ...
+
+
+class Decoder(nn.Module, ABC):
+    """Maps features ``[..., in_dim]`` to images ``float [..., C, H, W]`` in ``[0, 1]`` scale."""
+
+    @abstractmethod
+    def forward(self, features: Tensor) -> Tensor: ...
+
+
+class Dynamics(nn.Module, ABC):
+    """The sequence model: filters real steps and predicts imagined ones."""
+
+    @abstractmethod
+    def initial_state(self, batch_size: int) -> State: ...
+
+    @abstractmethod
+    def observe(
+        self, embed: Tensor, action: Tensor, is_first: Tensor, state: State | None
+    ) -> tuple[State, State]:
+        """Posterior and prior states ``[B, T, ...]`` for embeddings ``[B, T, E]``.
+
+        ``action[:, t]`` follows ``embed[:, t]``; the transition into step ``t`` uses
+        ``action[:, t - 1]`` (from ``state`` at ``t = 0``), reset where ``is_first``.
+        """
+
+    @abstractmethod
+    def imagine_step(self, state: State, action: Tensor) -> State:
+        """The prior state after taking ``action`` in ``state``."""
+
+    @abstractmethod
+    def features(self, state: State) -> Tensor: ...
+
+
+class WorldModel(nn.Module, ABC):
+    """A backbone's world model: everything the trainer, imagination engine and bench call."""
+
+    spec: WorldModelSpec
+    env: EnvInfo
+    feature_shape: tuple[int, ...]
+    stateful_training: bool = False
+    """True when training carries the state across consecutive segments (truncated BPTT):
+    the trainer then streams consecutive segments per batch row and passes ``carry`` back."""
+
+    @abstractmethod
+    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
+        """Parameter groups trained with one optimizer each, with their optimizer spec."""
+
+    @abstractmethod
+    def initial_state(self, batch_size: int) -> State:
+        """The state before any observation (also prepended to every ``carry``)."""
+
+    @abstractmethod
+    def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
+        """Training losses on a batch (parallel form where the backbone has one)."""
+
+    @abstractmethod
+    def observe_step(
+        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor
+    ) -> State:
+        """Filter one real step: ``obs`` uint8 ``[B, C, H, W]`` after ``prev_action``."""
+
+    @abstractmethod
+    def imagine_step(self, state: State, action: Tensor) -> Step:
+        """One imagined step from ``state`` under ``action``, however the backbone computes it."""
+
+    @abstractmethod
+    def features(self, state: State) -> Tensor:
+        """What the policy reads: ``[B, *feature_shape]``."""
+
+    @abstractmethod
+    def decode(self, state: State) -> Tensor:
+        """Images ``uint8 [B, C, H, W]`` the model predicts for ``state``."""
+
+    def observe(self, batch: Batch, state: State | None = None) -> State:
+        """Filter a whole batch of real sequences and return the state after its last step.
+
+        The default runs :meth:`observe_step` step by step; backbones with a parallel form
+        override it.
+        """
+        B, T = batch.shape
+        state = self.initial_state(B) if state is None else state
+        prev_action = torch.zeros_like(batch.action[:, 0])
+        for t in range(T):
+            state = self.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
+            prev_action = batch.action[:, t]
+        return state
+
+
+class Policy(nn.Module, ABC):
+    """An agent that acts on world-model features and learns from imagined trajectories."""
+
+    spec: PolicySpec
+
+    def initial_state(self, batch_size: int) -> State:
+        """Recurrent policy state (empty for feed-forward policies)."""
+        return {}
+
+    @abstractmethod
+    def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:
+        """An action for each row of ``features``; greedy when ``sample`` is false."""
+
+    @abstractmethod
+    def learn(self, trajectory: Trajectory) -> dict[str, float]:
+        """One update from an imagined trajectory; returns scalars to log."""
+
+    @abstractmethod
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The policy's own optimizers, by name (saved and restored with checkpoints)."""
+

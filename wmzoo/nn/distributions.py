@@ -1,0 +1,89 @@
+"""Distributions of DreamerV3 (Hafner et al., 2023): symlog, two-hot, unimix categoricals."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def symlog(x: Tensor) -> Tensor:
+    """``sign(x) · ln(|x| + 1)`` (DreamerV3 eq. 1)."""
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
+def symexp(x: Tensor) -> Tensor:
+    """Inverse of :func:`symlog`."""
+    return torch.sign(x) * torch.expm1(x.abs())
+
+
+def unimix_logits(logits: Tensor, unimix: float) -> Tensor:
+    """Logits of ``(1 - unimix) · softmax(logits) + unimix / K`` (1 % uniform mixture)."""
+    if unimix <= 0:
+        return logits
+    probs = logits.softmax(-1)
+    probs = (1 - unimix) * probs + unimix / logits.shape[-1]
+    return probs.log()
+
+
+class OneHotCategoricalST:
+    """Categorical over the last axis; samples are one-hot with straight-through gradients."""
+
+    def __init__(self, logits: Tensor) -> None:
+        self.logits = logits.log_softmax(-1)
+
+    @property
+    def probs(self) -> Tensor:
+        return self.logits.exp()
+
+    def sample(self) -> Tensor:
+        """One-hot sample whose gradient flows to ``probs`` (straight-through estimator)."""
+        index = torch.multinomial(self.probs.reshape(-1, self.probs.shape[-1]).detach(), 1)
+        onehot = F.one_hot(index.reshape(self.probs.shape[:-1]), self.probs.shape[-1])
+        onehot = onehot.to(self.probs.dtype)
+        return onehot + self.probs - self.probs.detach()
+
+    def mode(self) -> Tensor:
+        onehot = F.one_hot(self.logits.argmax(-1), self.logits.shape[-1]).to(self.logits.dtype)
+        return onehot + self.probs - self.probs.detach()
+
+    def log_prob(self, onehot: Tensor) -> Tensor:
+        return (onehot * self.logits).sum(-1)
+
+    def entropy(self) -> Tensor:
+        return -(self.probs * self.logits).sum(-1)
+
+    def kl(self, other: OneHotCategoricalST) -> Tensor:
+        """``KL(self ‖ other)`` summed over the last axis."""
+        return (self.probs * (self.logits - other.logits)).sum(-1)
+
+
+class TwoHot:
+    """Two-hot encoded symlog regression over fixed bins (DreamerV3 §2, eq. 9–10).
+
+    ``logits [..., bins]``; the prediction is ``symexp(Σ softmax(logits) · bins)`` and the loss is
+    the cross-entropy against the two-hot encoding of ``symlog(target)``. Defaults: 255 bins
+    spaced evenly over ``[-20, 20]`` in symlog space.
+    """
+
+    def __init__(self, logits: Tensor, low: float = -20.0, high: float = 20.0) -> None:
+        self.logits = logits
+        self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=logits.dtype)
+
+    def mean(self) -> Tensor:
+        return symexp((self.logits.softmax(-1) * self.bins).sum(-1))
+
+    def log_prob(self, target: Tensor) -> Tensor:
+        return (self.encode(target) * self.logits.log_softmax(-1)).sum(-1)
+
+    def encode(self, target: Tensor) -> Tensor:
+        """Two-hot weights of ``symlog(target)`` on the bins, ``[..., bins]``."""
+        x = symlog(target.to(self.bins.dtype)).clamp(self.bins[0], self.bins[-1])
+        above = torch.bucketize(x, self.bins).clamp(1, len(self.bins) - 1)
+        below = above - 1
+        lo, hi = self.bins[below], self.bins[above]
+        w_hi = ((x - lo) / (hi - lo)).clamp(0, 1)
+        out = torch.zeros(*x.shape, len(self.bins), device=x.device, dtype=self.bins.dtype)
+        out.scatter_(-1, below.unsqueeze(-1), (1 - w_hi).unsqueeze(-1))
+        out.scatter_add_(-1, above.unsqueeze(-1), w_hi.unsqueeze(-1))
+        return out

@@ -1,0 +1,194 @@
+"""Specs: the only configuration. Pydantic v2 models, frozen, ``extra="forbid"``, bounded.
+
+Every component's hyperparameters are a :class:`Spec`. Presets are named spec instances; CLI
+overrides (``--set model.deter=512``) and config files (``--config run.yaml``) are applied to the
+same plain dict and validated once, so a bad value fails the same way wherever it came from::
+
+    --set model.deter=abc: model.deter: Input should be a valid integer (got 'abc')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from wmzoo.errors import WmzooError
+
+PRESETS = ("tiny", "small", "paper")
+"""The preset names every backbone and policy provides: ``tiny`` runs in CPU minutes (tests),
+``small`` in a CPU hour, ``paper`` is the paper's own hyperparameters."""
+
+
+class Spec(BaseModel):
+    """Base of every spec: immutable, no unknown fields, described fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class OptimSpec(Spec):
+    """AdamW with global-norm gradient clipping and optional linear warm-up."""
+
+    lr: float = Field(1e-4, gt=0, le=1, description="learning rate")
+    eps: float = Field(1e-8, gt=0, le=1, description="Adam epsilon")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="decoupled weight decay")
+    clip: float = Field(1000.0, gt=0, description="global gradient-norm clip")
+    warmup: int = Field(0, ge=0, description="linear learning-rate warm-up, in updates")
+
+
+class WorldModelSpec(Spec):
+    """Fields every backbone spec has: how the trainer samples world-model batches."""
+
+    batch_size: int = Field(16, ge=1, le=4096, description="sequences per world-model batch")
+    seq_len: int = Field(64, ge=2, le=100_000, description="steps per training sequence")
+
+
+class PolicySpec(Spec):
+    """Fields every policy spec has."""
+
+    horizon: int = Field(15, ge=1, le=10_000, description="imagination horizon H")
+    max_starts: int = Field(
+        0, ge=0, description="imagine from at most this many start states per update (0: all)"
+    )
+
+
+class TrainSpec(Spec):
+    """The online loop: collect experience, train the world model, train the policy in imagination."""
+
+    steps: int = Field(100_000, ge=1, description="environment steps in total")
+    envs: int = Field(1, ge=1, le=256, description="environments stepped side by side")
+    image_size: int = Field(64, ge=8, le=512, description="observation height and width in pixels")
+    prefill: int = Field(1000, ge=0, description="random-policy env steps before training")
+    train_ratio: float = Field(
+        512.0, gt=0, description="replayed steps trained on per env step (DreamerV3 definition)"
+    )
+    policy_every: int = Field(1, ge=1, description="train the policy every n world-model updates")
+    replay_capacity: int = Field(1_000_000, ge=1, description="steps kept in replay")
+    replay_chunk: int = Field(1024, ge=16, description="steps per replay file on disk")
+    sampling: Literal["uniform", "recency"] = Field("uniform", description="replay segment sampling")
+    log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
+    checkpoint_every: int = Field(10_000, ge=1, description="env steps between checkpoints")
+    gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
+    device: str = Field("cpu", description="torch device")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default)")
+
+
+TRAIN_PRESETS: dict[str, TrainSpec] = {
+    "tiny": TrainSpec(
+        steps=600, prefill=200, train_ratio=64, replay_chunk=64, log_every=100,
+        checkpoint_every=300, gif_horizon=16,
+    ),
+    "small": TrainSpec(
+        steps=50_000, prefill=2500, train_ratio=64, replay_chunk=256, log_every=1000,
+        checkpoint_every=5000,
+    ),
+    "paper": TrainSpec(),
+}
+
+
+class RunSpec(Spec):
+    """One run: which backbone on which env, and every hyperparameter, validated."""
+
+    backbone: str
+    env: str
+    preset: str = "tiny"
+    policy_name: str = Field("", description="policy plugin; empty: the backbone's default")
+    seed: int = Field(0, ge=0)
+    model: dict[str, Any]
+    policy: dict[str, Any]
+    train: TrainSpec
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=value"`` -> ``("a.b", value)`` with ``value`` parsed as YAML (``1e-3``, ``true``)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise WmzooError(f"--set {text!r}: expected KEY=VALUE, e.g. --set model.deter=512")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def set_path(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``tree[a][b] = value`` for ``key = "a.b"``; unknown paths are left to validation."""
+    *parents, leaf = key.split(".")
+    node = tree
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[leaf] = value
+
+
+def merge(tree: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``update`` into a copy of ``tree``."""
+    out = dict(tree)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (or JSON) config file of nested overrides."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise WmzooError(f"--config {path}: no such file") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise WmzooError(f"--config {path}: not valid YAML ({first})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise WmzooError(f"--config {path}: expected a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def describe_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line for the first error: the field path, what is wrong, and the value given."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        return f"{loc}: unknown field"
+    given = err.get("input")
+    if isinstance(given, (dict, list)):
+        return f"{loc}: {msg}"
+    return f"{loc}: {msg} (got {given!r})"
+
+
+def validate(cls: type[Spec], data: Mapping[str, Any], prefix: str = "") -> Spec:
+    """Validate ``data`` as ``cls``; a bad value raises :class:`WmzooError` with one line."""
+    try:
+        return cls.model_validate(dict(data))
+    except ValidationError as exc:
+        raise WmzooError(describe_error(exc, prefix)) from None
+
+
+def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
+    """``name (type, default): description`` lines for every field, recursing into sub-specs."""
+    for name, info in cls.model_fields.items():
+        path = f"{prefix}{name}"
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, Spec):
+            yield from field_help(ann, path + ".")
+            continue
+        bounds = [str(m) for m in info.metadata]
+        extra = f" [{', '.join(bounds)}]" if bounds else ""
+        yield f"{path} = {json.dumps(info.default, default=str)}{extra}  {info.description or ''}".rstrip()

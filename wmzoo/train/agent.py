@@ -1,0 +1,124 @@
+"""The agent: a backbone's world model, a policy, and the world model's optimizers.
+
+Built from a :class:`~wmzoo.specs.RunSpec` by name through the registry, so nothing here knows
+which backbone or policy it holds. This is what a checkpoint stores and restores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from wmzoo.imagination import imagine
+from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
+from wmzoo.registry import default_registry
+from wmzoo.specs import RunSpec, validate
+from wmzoo.train.optim import Optimizer
+
+
+class Agent(nn.Module):
+    def __init__(self, run: RunSpec, env: EnvInfo) -> None:
+        super().__init__()
+        registry = default_registry()
+        backbone = registry.backbone(run.backbone)
+        policy_name = run.policy_name or backbone.default_policy
+        policy = registry.policy(policy_name)
+        self.run, self.env, self.policy_name = run, env, policy_name
+        self.world_model = backbone.build(validate(backbone.spec, run.model, "model"), env)
+        self.policy = policy.build(
+            validate(policy.spec, run.policy, "policy"), self.world_model.feature_shape, env
+        )
+        self.optimizers = {
+            name: Optimizer(params, spec)
+            for name, (params, spec) in self.world_model.components().items()
+        }
+        self.device = torch.device(run.train.device)
+        self.to(self.device)
+        self._acting: dict[str, Any] | None = None
+
+    # -- learning -----------------------------------------------------------------------
+    def train_world_model(self, batch: Batch, carry: State | None = None) -> TrainOutput:
+        """One update of every world-model component (one shared backward pass)."""
+        self.world_model.train()
+        out = self.world_model.loss(batch.to(self.device), carry)
+        for opt in self.optimizers.values():
+            opt.zero_grad()
+        sum(out.losses.values()).backward()  # type: ignore[union-attr]
+        for name, opt in self.optimizers.items():
+            out.metrics[f"{name}/grad_norm"] = opt.step()
+            out.metrics[f"{name}/loss"] = float(out.losses[name])
+        return out
+
+    def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:
+        """Imagine from the batch's start states and let the policy learn from it."""
+        start, cont = out.start, out.start_cont
+        limit = self.policy.spec.max_starts
+        n = cont.shape[0]
+        if limit and n > limit:
+            keep = torch.randperm(n, generator=generator)[:limit].to(cont.device)
+            start, cont = index_state(start, keep), cont[keep]
+        self.world_model.eval()
+        trajectory = imagine(
+            self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont
+        )
+        metrics = self.policy.learn(trajectory)
+        metrics["imagined_reward"] = float(trajectory.rewards.mean())
+        return {f"policy/{k}": v for k, v in metrics.items()}
+
+    # -- acting in real environments --------------------------------------------------
+    @torch.no_grad()
+    def act(
+        self, obs: np.ndarray, is_first: np.ndarray, sample: bool = True, actions: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Actions for ``N`` envs from their current observations ``uint8 [N, C, H, W]``.
+
+        Keeps the world model's filter state and the policy state per env; ``is_first`` resets
+        an env's states (start of a new episode). ``actions`` overrides the policy's choice
+        (random prefill) while the filter state still follows the actions really taken.
+        """
+        n = obs.shape[0]
+        first = torch.as_tensor(is_first, device=self.device)
+        if self._acting is None or self._acting["prev_action"].shape[0] != n:
+            self._acting = {
+                "state": self.world_model.initial_state(n),
+                "pstate": self.policy.initial_state(n),
+                "prev_action": torch.zeros(n, *self.env.action_shape, dtype=self.env.action_dtype, device=self.device),
+            }
+        acting = self._acting
+        self.world_model.eval()
+        acting["prev_action"][first] = 0
+        state = self.world_model.observe_step(
+            acting["state"], torch.as_tensor(obs, device=self.device), acting["prev_action"], first
+        )
+        pstate = acting["pstate"]
+        if pstate:
+            pstate = reset_state(pstate, self.policy.initial_state(n), first)
+        action, pstate = self.policy.act(self.world_model.features(state), pstate, sample=sample)
+        if actions is not None:
+            action = torch.as_tensor(actions, dtype=self.env.action_dtype, device=self.device)
+        acting.update(state=state, pstate=pstate, prev_action=action)
+        return action.cpu().numpy()
+
+    def reset_acting(self) -> None:
+        self._acting = None
+
+    # -- checkpoint tree ---------------------------------------------------------------
+    def state_tree(self) -> dict[str, Any]:
+        return {
+            "world_model": self.world_model.state_dict(),
+            "policy": self.policy.state_dict(),
+            "world_model_optim": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "policy_optim": {k: o.state_dict() for k, o in self.policy.optimizers().items()},
+        }
+
+    def load_state_tree(self, tree: dict[str, Any]) -> None:
+        self.world_model.load_state_dict(tree["world_model"])
+        self.policy.load_state_dict(tree["policy"])
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(tree["world_model_optim"][name])
+        for name, opt in self.policy.optimizers().items():
+            opt.load_state_dict(tree["policy_optim"][name])
+

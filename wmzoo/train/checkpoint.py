@@ -1,0 +1,86 @@
+"""Checkpoints: one safetensors file, written atomically, loaded without executing pickled code.
+
+A checkpoint is a nested tree of dicts, lists, numbers, strings and tensors (model and optimizer
+``state_dict``s, the run spec, progress counters). Tensors go into the safetensors body under
+path-like keys; the rest of the tree is JSON in the file's header metadata, with each tensor
+replaced by ``{"__tensor__": key}`` and each dict stored as key/value pairs so integer keys
+(optimizer states) survive. Loading parses JSON and reads raw tensor bytes: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from wmzoo.errors import WmzooError
+
+FORMAT = "wmzoo-checkpoint-1"
+
+
+def _flatten(node: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
+    if isinstance(node, torch.Tensor):
+        key = path or "root"
+        tensors[key] = node.detach().cpu().contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(node, dict):
+        return {"__dict__": [[k, _flatten(v, tensors, f"{path}/{k}")] for k, v in node.items()]}
+    if isinstance(node, (list, tuple)):
+        return [_flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(node)]
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return node
+    raise TypeError(f"checkpoint: cannot store {type(node).__name__} at {path or '/'}")
+
+
+def _unflatten(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(node, dict):
+        if "__tensor__" in node:
+            return tensors[node["__tensor__"]]
+        return {k: _unflatten(v, tensors) for k, v in node["__dict__"]}
+    if isinstance(node, list):
+        return [_unflatten(v, tensors) for v in node]
+    return node
+
+
+def save_checkpoint(path: str | Path, tree: dict[str, Any]) -> Path:
+    """Write ``tree`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, torch.Tensor] = {}
+    skeleton = _flatten(tree, tensors, "")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata={"format": FORMAT, "tree": json.dumps(skeleton)})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`; corrupt files raise WmzooError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.safetensors"
+    if not path.is_file():
+        raise WmzooError(f"checkpoint {path}: no such file (a run writes <logdir>/checkpoint.safetensors)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT:
+                raise WmzooError(f"checkpoint {path}: not a wmzoo checkpoint (format {meta.get('format')!r})")
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+        return _unflatten(json.loads(meta["tree"]), tensors)
+    except WmzooError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors/JSON raise many types on bad bytes
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise WmzooError(
+            f"checkpoint {path} is corrupt or truncated ({reason}); use an intact checkpoint "
+            "or start a new run"
+        ) from None

@@ -1,0 +1,82 @@
+"""TensorBoard scalars and images, and the real-vs-imagined GIF/PNG writer."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+class Logger:
+    """Averages scalars between writes and sends them to TensorBoard (``<logdir>/tb``)."""
+
+    def __init__(self, logdir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(logdir / "tb"))
+        self.pending: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self.pending[key].append(float(value))
+
+    def write(self, step: int) -> dict[str, float]:
+        means = {k: float(np.mean(v)) for k, v in self.pending.items() if v}
+        for key, value in means.items():
+            self.writer.add_scalar(key, value, step)
+        self.pending.clear()
+        self.writer.flush()
+        return means
+
+    def image(self, tag: str, image: np.ndarray, step: int) -> None:
+        """``image`` uint8 ``[H, W, C]``."""
+        self.writer.add_image(tag, image, step, dataformats="HWC")
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def side_by_side(real: np.ndarray, imagined: np.ndarray, context: int, scale: int = 2) -> list[np.ndarray]:
+    """Frames ``[T, H, 2W + gap, C]``: real on the left, the model's on the right.
+
+    ``real``/``imagined`` are uint8 ``[T, C, H, W]``. The first ``context`` model frames are
+    reconstructions of observed frames; a red bar under the model frame marks imagined ones.
+    """
+    frames = []
+    T, C, H, W = real.shape
+    for t in range(T):
+        canvas = np.full((H + 4, 2 * W + 4, 3), 255, np.uint8)
+        canvas[:H, :W] = _rgb(real[t])
+        canvas[:H, W + 4 :] = _rgb(imagined[t])
+        if t >= context:
+            canvas[H + 1 :, W + 4 :] = (220, 30, 30)
+        frames.append(canvas.repeat(scale, 0).repeat(scale, 1))
+    return frames
+
+
+def _rgb(chw: np.ndarray) -> np.ndarray:
+    hwc = np.transpose(chw, (1, 2, 0))
+    return np.repeat(hwc, 3, axis=2) if hwc.shape[2] == 1 else hwc[..., :3]
+
+
+def write_frames(path: str | Path, frames: list[np.ndarray], fps: int = 8) -> Path:
+    """Write a GIF (animated) or a PNG (frames tiled in a row) atomically."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".gif", ".png"):
+        from wmzoo.errors import WmzooError
+
+        raise WmzooError(f"--out {path}: the file must end in .gif or .png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
+    images = [Image.fromarray(f) for f in frames]
+    if suffix == ".gif":
+        images[0].save(tmp, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    else:
+        Image.fromarray(np.concatenate(frames, axis=0 if len(frames) > 16 else 1)).save(tmp)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,291 @@
+"""The training loops: online (collect → train world model → train policy in imagination) and
+offline (train a world model from a directory of recorded episodes).
+
+Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share it):
+
+1. prefill the replay with a random policy;
+2. for every env step, act with the policy on the world model's filtered state and store the row;
+3. every ``B·T / train_ratio`` env steps, train the world model on a replayed batch, then imagine
+   from the batch's states and train the policy on the imagined trajectories;
+4. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
+   an imagination GIF.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from tqdm import tqdm
+
+from wmzoo.data import Replay
+from wmzoo.errors import WmzooError
+from wmzoo.interfaces import Batch, EnvInfo, State
+from wmzoo.registry import env_info, make_env
+from wmzoo.specs import RunSpec
+from wmzoo.train.agent import Agent
+from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from wmzoo.train.logger import Logger, side_by_side, write_frames
+
+CHECKPOINT = "checkpoint.safetensors"
+GIF = "imagination.gif"
+ENV_INFO = "env.json"
+
+
+@dataclass
+class Progress:
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    credit: float = 0.0  # world-model updates owed by the train ratio
+
+
+class Collector:
+    """Steps ``N`` environments with the agent and writes one replay row per env step."""
+
+    def __init__(self, envs: list[Any], agent: Agent, replay: Replay, seed: int) -> None:
+        self.envs, self.agent, self.replay = envs, agent, replay
+        self.rng = np.random.default_rng(seed)
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+        self.is_first = np.ones(len(envs), bool)
+        self.returns = np.zeros(len(envs))
+        self.lengths = np.zeros(len(envs), int)
+        agent.reset_acting()
+
+    def step(self, random: bool) -> list[tuple[float, int]]:
+        """One step of every env; returns (return, length) of the episodes that ended."""
+        forced = np.array([env.action_space.sample() for env in self.envs]) if random else None
+        actions = self.agent.act(self.obs, self.is_first, actions=forced)
+        ended = []
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, _ = env.step(actions[i])
+            self.replay.add(i, self.obs[i], actions[i], float(reward), bool(terminated), bool(self.is_first[i]))
+            self.returns[i] += reward
+            self.lengths[i] += 1
+            self.is_first[i] = False
+            if terminated or truncated:
+                # the final observation closes the episode (zero action/reward, not terminal)
+                self.replay.add(i, obs, np.zeros_like(actions[i]), 0.0, False, False)
+                ended.append((float(self.returns[i]), int(self.lengths[i])))
+                self.returns[i], self.lengths[i] = 0.0, 0
+                obs, _ = env.reset()
+                self.is_first[i] = True
+            self.obs[i] = obs
+        return ended
+
+
+def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:
+    """Train ``run`` online in ``logdir``; returns the checkpoint path."""
+    T = run.train
+    if T.threads:
+        torch.set_num_threads(T.threads)
+    torch.manual_seed(run.seed)
+    envs = [make_env(run.env, seed=run.seed + i, size=T.image_size, train=True) for i in range(T.envs)]
+    info = env_info(envs[0], run.env)
+    agent = Agent(run, info)
+    progress = Progress()
+    if resume:
+        progress = _restore(agent, logdir)
+    else:
+        _write_run_spec(logdir, run)
+    write_env_info(logdir / "replay", info)
+    replay = Replay(logdir / "replay", capacity=T.replay_capacity, chunk_size=T.replay_chunk, seed=run.seed + progress.updates)
+    collector = Collector(envs, agent, replay, seed=run.seed + 1000 * progress.episodes)
+    logger = Logger(logdir)
+    B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
+    stream = replay.stream(B, L) if agent.world_model.stateful_training else None
+    carry: State | None = None
+    start, next_log = time.time(), progress.env_steps + T.log_every
+    next_ckpt = progress.env_steps + T.checkpoint_every
+    bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="step", desc="wmzoo run")
+
+    def checkpoint() -> Path:
+        replay.flush()
+        tree = {"run": run.model_dump(), "env": asdict(info), "progress": asdict(progress), **agent.state_tree()}
+        return save_checkpoint(logdir / CHECKPOINT, tree)
+
+    with _interrupt_guard(checkpoint, progress):
+        while progress.env_steps < T.steps:
+            prefill = progress.env_steps < T.prefill or len(replay) < B * L
+            for ret, length in collector.step(random=prefill):
+                progress.episodes += 1
+                logger.add({"episode/return": ret, "episode/length": length})
+            progress.env_steps += len(envs)
+            bar.update(len(envs))
+            if not prefill:
+                progress.credit += len(envs) * T.train_ratio / (B * L)
+            while progress.credit >= 1:
+                progress.credit -= 1
+                if stream is not None:
+                    batch = next(stream)
+                    if carry is not None:  # rows re-assigned to a new episode start afresh
+                        carry = _reset_rows(agent, carry, batch)
+                else:
+                    batch = replay.sample(B, L)
+                out = agent.train_world_model(batch, carry)
+                carry = out.carry
+                logger.add(out.metrics)
+                progress.updates += 1
+                if progress.updates % T.policy_every == 0:
+                    logger.add(agent.train_policy(out))
+            if progress.env_steps >= next_log:
+                logger.add({"fps": progress.env_steps / max(time.time() - start, 1e-9)})
+                means = logger.write(progress.env_steps)
+                if "episode/return" in means:
+                    bar.set_postfix(ret=f"{means['episode/return']:.2f}", upd=progress.updates)
+                next_log += T.log_every
+            if progress.env_steps >= next_ckpt:
+                checkpoint()
+                next_ckpt += T.checkpoint_every
+    bar.close()
+    path = checkpoint()
+    real, model = imagination_from_replay(agent, replay, context=min(8, L), horizon=T.gif_horizon)
+    write_frames(logdir / GIF, side_by_side(real, model, context=min(8, L)))
+    logger.image("imagination/last", side_by_side(real, model, context=min(8, L), scale=1)[-1], progress.env_steps)
+    logger.write(progress.env_steps)
+    logger.close()
+    for env in envs:
+        env.close()
+    return path
+
+
+def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_progress: bool = True) -> Path:
+    """Train only the world model for ``updates`` steps on recorded episodes in ``data``."""
+    replay = Replay(data, capacity=run.train.replay_capacity, chunk_size=run.train.replay_chunk, seed=run.seed, read_only=True)
+    if len(replay) == 0:
+        raise WmzooError(f"--offline {data}: no episodes found (expected the replay's .npz chunk files)")
+    info = _data_env_info(data, run)
+    torch.manual_seed(run.seed)
+    agent = Agent(run, info)
+    _write_run_spec(logdir, run)
+    logger = Logger(logdir)
+    B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
+    stream = replay.stream(B, L) if agent.world_model.stateful_training else None
+    carry = None
+    progress = Progress()
+    for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
+        batch = next(stream) if stream is not None else replay.sample(B, L)
+        if carry is not None:
+            carry = _reset_rows(agent, carry, batch)
+        out = agent.train_world_model(batch, carry)
+        carry = out.carry
+        progress.updates += 1
+        logger.add(out.metrics)
+        if progress.updates % run.train.log_every == 0:
+            logger.write(progress.updates)
+    logger.write(progress.updates)
+    tree = {"run": run.model_dump(), "env": asdict(info), "progress": asdict(progress), **agent.state_tree()}
+    path = save_checkpoint(logdir / CHECKPOINT, tree)
+    real, model = imagination_from_replay(agent, replay, context=min(8, L), horizon=run.train.gif_horizon)
+    write_frames(logdir / GIF, side_by_side(real, model, context=min(8, L)))
+    logger.close()
+    return path
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@torch.no_grad()
+def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observe the first ``context`` frames of a 1-row batch, then imagine the rest under the
+    recorded actions. Returns ``(real, model)`` uint8 ``[T, C, H, W]``; the model's first
+    ``context`` frames are reconstructions of the observed ones."""
+    from wmzoo.imagination import imagine, replay_actions
+
+    wm = agent.world_model
+    wm.eval()
+    batch = batch.to(agent.device)
+    state = wm.initial_state(1)
+    recon = []
+    prev = torch.zeros_like(batch.action[:, 0])
+    for t in range(context):
+        state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+        prev = batch.action[:, t]
+        recon.append(wm.decode(state)[0])
+    actions = batch.action[:, context - 1 : -1].transpose(0, 1)  # actions[t] leads into frame t+1
+    traj = imagine(wm, replay_actions(actions), state, actions.shape[0], decode=True)
+    assert traj.images is not None
+    model = torch.cat([torch.stack(recon), traj.images[1:, 0]])
+    return batch.obs[0].cpu().numpy(), model.cpu().numpy()
+
+
+def imagination_from_replay(agent: Agent, replay: Replay, context: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    length = min(context + horizon, max(len(replay), context + 1))
+    return imagine_open_loop(agent, replay.sample(1, length), context)
+
+
+def _reset_rows(agent: Agent, carry: State, batch: Batch) -> State:
+    """Zero the carried state of rows whose stream was re-assigned (their first row is_first)."""
+    from wmzoo.interfaces import reset_state
+
+    fresh = agent.world_model.initial_state(batch.shape[0])
+    return reset_state(carry, fresh, batch.is_first[:, 0].to(next(iter(carry.values())).device))
+
+
+def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
+    """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
+    meta = data / ENV_INFO
+    if meta.is_file():
+        fields = json.loads(meta.read_text())
+        return EnvInfo(**{**fields, "obs_shape": tuple(fields["obs_shape"])})
+    env = make_env(run.env, size=run.train.image_size)
+    try:
+        return env_info(env, run.env)
+    finally:
+        env.close()
+
+
+def write_env_info(directory: Path, info: EnvInfo) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{ENV_INFO}.tmp"
+    tmp.write_text(json.dumps(asdict(info)))
+    tmp.replace(directory / ENV_INFO)
+
+
+def _write_run_spec(logdir: Path, run: RunSpec) -> None:
+    logdir.mkdir(parents=True, exist_ok=True)
+    if (logdir / CHECKPOINT).exists():
+        raise WmzooError(
+            f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
+        )
+    path = logdir / "run.yaml"
+    tmp = logdir / ".run.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
+    tmp.replace(path)
+
+
+def _restore(agent: Agent, logdir: Path) -> Progress:
+    tree = load_checkpoint(logdir / CHECKPOINT)
+    agent.load_state_tree(tree)
+    return Progress(**tree["progress"])
+
+
+class _interrupt_guard:
+    """On Ctrl-C or SIGTERM, write a checkpoint (replay flushed) before leaving."""
+
+    def __init__(self, checkpoint: Any, progress: Progress) -> None:
+        self.checkpoint, self.progress = checkpoint, progress
+
+    def __enter__(self) -> None:
+        self.previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        signal.signal(signal.SIGTERM, self.previous)
+        if kind is KeyboardInterrupt:
+            path = self.checkpoint()
+            raise WmzooError(
+                f"interrupted at env step {self.progress.env_steps}; checkpoint saved to {path}; "
+                "continue with --resume"
+            )
+        return False
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
