@@ -1,0 +1,74 @@
+"""The generic imagination engine: horizon, carried state, termination masking, action replay."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.imagination import imagine, random_actions, replay_actions
+from wmzoo.interfaces import State, Step
+
+
+class CounterModel:
+    """Analytic dynamics: x' = x + a; reward = x'; continues while x' < limit."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.calls = 0
+
+    def features(self, state: State) -> torch.Tensor:
+        return state["x"][:, None].float()
+
+    def decode(self, state: State) -> torch.Tensor:
+        return state["x"].to(torch.uint8)[:, None, None, None].expand(-1, 1, 2, 2)
+
+    def imagine_step(self, state: State, action: torch.Tensor) -> Step:
+        self.calls += 1
+        x = state["x"] + action
+        cont = (x < self.limit).float()
+        return Step(state={"x": x}, reward=x.float(), cont=cont, features=x[:, None].float())
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    batch=st.integers(1, 5),
+    horizon=st.integers(1, 12),
+    limit=st.integers(1, 20),
+    seed=st.integers(0, 1000),
+)
+def test_engine_rolls_carries_state_and_masks_after_termination(batch, horizon, limit, seed):
+    g = torch.Generator().manual_seed(seed)
+    actions = torch.randint(0, 3, (horizon, batch), generator=g)
+    start = {"x": torch.randint(0, 4, (batch,), generator=g)}
+    model = CounterModel(limit)
+    traj = imagine(model, replay_actions(actions), start, horizon, decode=True)  # type: ignore[arg-type]
+
+    assert model.calls == horizon
+    assert traj.features.shape == (horizon + 1, batch, 1)
+    assert traj.images is not None and traj.images.shape == (horizon + 1, batch, 1, 2, 2)
+    expected_x = start["x"][None] + torch.cumsum(actions, 0)
+    assert torch.equal(traj.features[1:, :, 0], expected_x.float())
+    assert torch.equal(traj.actions, actions)
+    # weights[t] = prod_{k<t} cont_k: zero from the first predicted termination on
+    alive = torch.cumprod((expected_x < limit).float(), 0)
+    assert torch.equal(traj.weights[0], torch.ones(batch))
+    assert torch.equal(traj.weights[1:], alive)
+
+
+def test_start_cont_zeroes_weights_of_terminal_starts():
+    model = CounterModel(limit=100)
+    start = {"x": torch.zeros(3, dtype=torch.long)}
+    traj = imagine(model, replay_actions(torch.ones(4, 3, dtype=torch.long)), start, 4,  # type: ignore[arg-type]
+                   start_cont=torch.tensor([1.0, 0.0, 1.0]))
+    assert torch.equal(traj.weights[:, 1], torch.zeros(5))
+    assert torch.equal(traj.weights[:, 0], torch.ones(5))
+
+
+def test_random_actions_are_in_range():
+    act = random_actions(5, discrete=True, generator=torch.Generator().manual_seed(0))
+    actions = torch.cat([act(torch.zeros(64, 3), {})[0] for _ in range(10)])
+    assert actions.dtype == torch.int64
+    assert set(actions.tolist()) == set(range(5))
+    cont = random_actions(2, discrete=False)(torch.zeros(100, 3), {})[0]
+    assert cont.shape == (100, 2) and cont.abs().max() <= 1
