@@ -1,0 +1,300 @@
+"""The DreamerV3 actor-critic: spec, acting, the loss terms, learning, checkpoints, the plugin hook."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+from collections.abc import Iterator
+
+import pluggy
+import pytest
+import torch
+
+import wmzoo.agents.dreamer as dreamer
+from wmzoo.agents.dreamer import PRESETS, DreamerPolicy, DreamerSpec
+from wmzoo.agents.returns import lambda_returns
+from wmzoo.errors import WmzooError
+from wmzoo.hookspecs import PROJECT, WmzooSpecs
+from wmzoo.interfaces import EnvInfo, Trajectory
+from wmzoo.specs import OptimSpec, validate
+
+DISCRETE = EnvInfo("test-discrete", (3, 8, 8), 3)
+CONTINUOUS = EnvInfo("test-continuous", (3, 8, 8), 2, discrete=False)
+FEATURES = 8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny networks are several times faster on one thread than on two contended ones."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(**update: object) -> DreamerSpec:
+    return PRESETS["tiny"].model_copy(update=update)
+
+
+def trajectory(policy: DreamerPolicy, H: int = 4, B: int = 16, seed: int = 0) -> Trajectory:
+    """Random features, the policy's own actions, rewards ~ N(0, 1), no termination."""
+    gen = torch.Generator().manual_seed(seed)
+    features = torch.randn(H + 1, B, FEATURES, generator=gen)
+    actions, _ = policy.act(features[:-1], {})
+    rewards = torch.randn(H, B, generator=gen)
+    return Trajectory(features, actions, rewards, torch.ones(H, B), torch.ones(H + 1, B))
+
+
+# --------------------------------------------------------------------------- spec and plugin
+
+
+def test_paper_preset_is_dreamerv3() -> None:
+    paper = PRESETS["paper"]
+    assert (paper.horizon, paper.gamma, paper.lam, paper.entropy) == (15, 0.997, 0.95, 3e-4)
+    assert abs(paper.gamma - (1 - 1 / 333)) < 1e-5
+    assert (paper.units, paper.layers, paper.unimix, paper.critic_bins) == (512, 2, 0.01, 255)
+    assert (paper.slow_critic_decay, paper.slow_reg) == (0.98, 1.0)
+    assert (paper.return_norm_decay, paper.return_norm_percentiles) == (0.99, (5.0, 95.0))
+    assert (paper.min_std, paper.max_std) == (0.1, 1.0)
+    for optim in (paper.actor_optim, paper.critic_optim):
+        assert (optim.lr, optim.eps, optim.clip) == (3e-5, 1e-5, 100.0)
+    assert set(PRESETS) == {"tiny", "small", "paper"}
+    assert all(isinstance(spec, DreamerSpec) for spec in PRESETS.values())
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"gamma": 1.5}, "gamma: Input should be less than or equal to 1"),
+        ({"return_norm_percentiles": [95, 5]}, "return_norm_percentiles: .*95.0 must be below .* 5.0"),
+        ({"return_norm_percentiles": [5, 101]}, "return_norm_percentiles.1"),
+        ({"min_std": 2.0}, "max_std: .*must not be below min_std 2.0"),
+        ({"actor_optim": {"lr": 0}}, "actor_optim.lr"),
+        ({"temperature": 1}, "temperature: unknown field"),
+    ],
+)
+def test_spec_rejects_bad_values(data: dict, message: str) -> None:
+    with pytest.raises(WmzooError, match=message):
+        validate(DreamerSpec, data)
+
+
+def test_every_field_is_described() -> None:
+    assert all(info.description for info in DreamerSpec.model_fields.values())
+
+
+def test_hook_registers_the_policy() -> None:
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(WmzooSpecs)
+    pm.register(dreamer)
+    [[entry]] = pm.hook.wmzoo_policies()
+    assert (entry.name, entry.spec, entry.build) == ("dreamer", DreamerSpec, DreamerPolicy)
+    assert entry.presets is PRESETS
+    policy = entry.build(entry.presets["tiny"], (FEATURES,), DISCRETE)
+    assert set(policy.optimizers()) == {"actor", "critic"}
+
+
+def test_rejects_features_that_are_not_one_dimensional() -> None:
+    with pytest.raises(WmzooError, match=r"1-D features.*\(4, 8, 8\)"):
+        DreamerPolicy(tiny(), (4, 8, 8), DISCRETE)
+
+
+# --------------------------------------------------------------------------- acting
+
+
+def test_greedy_discrete_action_is_the_argmax() -> None:
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    features = torch.randn(256, FEATURES)
+    action, state = policy.act(features, {}, sample=False)
+    assert state == {} and action.dtype == torch.int64 and action.shape == (256,)
+    assert torch.equal(action, policy.actor(features).argmax(-1))
+    assert len(action.unique()) > 1  # the random actor's argmax varies with the features
+
+
+def test_sampled_discrete_actions_follow_the_unimix_probabilities() -> None:
+    torch.manual_seed(0)
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    with torch.no_grad():
+        policy.actor.out.weight.zero_()
+        policy.actor.out.bias.copy_(torch.tensor([0.0, 0.0, 20.0]))  # softmax ≈ [0, 0, 1]
+    features = torch.randn(20_000, FEATURES)
+    mixed = torch.tensor([0.01 / 3, 0.01 / 3, 0.99 + 0.01 / 3])
+    assert torch.allclose(policy.dist(features[:1]).probs[0], mixed, atol=1e-6)
+    action, _ = policy.act(features, {})
+    assert action.dtype == torch.int64 and action.shape == (20_000,)
+    assert action.min() >= 0 and action.max() < DISCRETE.num_actions
+    frequency = torch.bincount(action, minlength=3) / len(action)
+    assert torch.allclose(frequency, mixed, atol=0.004)
+
+
+def test_continuous_actions_are_clipped_and_std_is_bounded() -> None:
+    torch.manual_seed(0)
+    policy = DreamerPolicy(tiny(), (FEATURES,), CONTINUOUS)
+    features = torch.randn(4000, FEATURES)
+    with torch.no_grad():
+        policy.actor.out.weight.zero_()
+        policy.actor.out.bias.copy_(torch.tensor([5.0, -5.0, 30.0, 30.0]))  # mean ±tanh(5), std max
+    assert torch.allclose(policy.dist(features).stddev, torch.tensor(1.0), atol=1e-6)
+    action, _ = policy.act(features, {})
+    assert action.dtype == torch.float32 and action.shape == (4000, 2)
+    assert action.min() == -1.0 and action.max() == 1.0  # half the samples fall outside: clipped
+    greedy, _ = policy.act(features, {}, sample=False)
+    assert torch.allclose(greedy, torch.tensor([math.tanh(5.0), -math.tanh(5.0)]).expand(4000, 2))
+    with torch.no_grad():
+        policy.actor.out.bias[2:] = -30.0
+    assert torch.allclose(policy.dist(features).stddev, torch.tensor(0.1), atol=1e-6)
+
+
+# --------------------------------------------------------------------------- loss terms
+
+
+def test_critic_starts_at_zero() -> None:
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    assert policy.value(torch.randn(64, FEATURES)).abs().max() < 1e-5
+
+
+def test_rewards_after_termination_do_not_change_the_gradients() -> None:
+    """weights = [1, 1, 0, 0, 0]: the episode ends after the action at t = 1."""
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    base = trajectory(policy, H=4, B=16)
+    conts = torch.ones(4, 16)
+    conts[1] = 0.0
+    weights = torch.cat([torch.ones(1, 16), conts.cumprod(0)])
+
+    def grads(rewards: torch.Tensor) -> list[torch.Tensor]:
+        model = copy.deepcopy(policy)
+        traj = Trajectory(base.features, base.actions, rewards, conts, weights)
+        actor_loss, critic_loss, _ = model.losses(traj)
+        (actor_loss + critic_loss).backward()
+        return [p.grad.clone() for p in [*model.actor.parameters(), *model.critic.parameters()]]
+
+    reference = grads(base.rewards)
+    after = base.rewards.clone()
+    after[2:] = 5 * torch.randn(2, 16)  # spread stays far below 100: the return scale stays 1
+    for a, b in zip(reference, grads(after), strict=True):
+        torch.testing.assert_close(a, b)
+    before = base.rewards.clone()
+    before[1] += 1.0  # the terminal step's own reward counts
+    assert any(not torch.allclose(a, b) for a, b in zip(reference, grads(before), strict=True))
+
+
+def test_learn_updates_the_slow_critic_by_ema_and_the_return_normaliser() -> None:
+    spec = tiny(slow_critic_decay=0.9, return_norm_decay=0.8)
+    policy = DreamerPolicy(spec, (FEATURES,), DISCRETE)
+    with torch.no_grad():
+        for p in policy.slow_critic.parameters():
+            p.add_(torch.randn_like(p))  # distinguish the slow critic from the critic
+    slow_before = [p.clone() for p in policy.slow_critic.parameters()]
+    critic_before = [p.clone() for p in policy.critic.parameters()]
+    traj = trajectory(policy)
+    traj.rewards.mul_(100)  # a spread well above 1, so the scale is not clamped
+    metrics = policy.learn(traj)
+
+    assert not torch.equal(policy.critic.out.weight, critic_before[-2])  # the critic did move
+    slow_after, critic_after = policy.slow_critic.parameters(), policy.critic.parameters()
+    for slow, old, fast in zip(slow_after, slow_before, critic_after, strict=True):
+        torch.testing.assert_close(slow, 0.9 * old + 0.1 * fast)
+    assert not any(p.requires_grad for p in policy.slow_critic.parameters())
+
+    values = torch.zeros(traj.horizon + 1, 16)  # the critic's first values are 0
+    returns = lambda_returns(traj.rewards, traj.conts, values, spec.gamma, spec.lam)
+    low, high = torch.quantile(returns.flatten(), torch.tensor([0.05, 0.95]))
+    torch.testing.assert_close(policy.return_norm.low, 0.2 * low, atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(policy.return_norm.high, 0.2 * high, atol=1e-3, rtol=1e-5)
+    assert metrics["return_scale"] == pytest.approx(0.2 * (high - low).item(), abs=1e-3)
+    assert metrics["return_scale"] > 1
+    assert set(metrics) == {
+        "actor_loss", "critic_loss", "entropy", "return_mean", "value_mean", "return_scale",
+        "advantage_std", "actor_grad_norm", "critic_grad_norm",
+    }
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+def test_learning_rate_warms_up_linearly() -> None:
+    warm = OptimSpec(lr=1e-3, eps=1e-5, clip=100.0, warmup=4)
+    policy = DreamerPolicy(tiny(actor_optim=warm), (FEATURES,), DISCRETE)
+    rates = []
+    for _ in range(6):
+        policy.learn(trajectory(policy))
+        rates.append(policy.optimizers()["actor"].param_groups[0]["lr"])
+    assert rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    assert policy.optimizers()["critic"].param_groups[0]["lr"] == PRESETS["tiny"].critic_optim.lr
+
+
+def test_rejects_one_hot_actions() -> None:
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    traj = trajectory(policy)
+    one_hot = torch.nn.functional.one_hot(traj.actions, 3).float()
+    with pytest.raises(ValueError, match=r"trajectory.actions: expected shape \[4, 16\]"):
+        policy.learn(Trajectory(traj.features, one_hot, traj.rewards, traj.conts, traj.weights))
+
+
+def test_checkpoint_round_trip_resumes_exactly() -> None:
+    torch.manual_seed(0)
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    for seed in range(3):
+        policy.learn(trajectory(policy, seed=seed))
+    buffer = io.BytesIO()  # through bytes, as a checkpoint file: nothing shared with the original
+    optimizers = {name: optimizer.state_dict() for name, optimizer in policy.optimizers().items()}
+    torch.save({"policy": policy.state_dict(), **optimizers}, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer)
+    restored = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    restored.load_state_dict(checkpoint["policy"])
+    for name, optimizer in restored.optimizers().items():
+        optimizer.load_state_dict(checkpoint[name])
+
+    assert restored.return_norm.low.item() == policy.return_norm.low.item() != 0
+    assert restored.return_norm.high.item() == policy.return_norm.high.item() != 0
+    assert int(restored.updates) == 3
+    for a, b in zip(restored.slow_critic.parameters(), policy.slow_critic.parameters(), strict=True):
+        assert torch.equal(a, b)
+    traj = trajectory(policy, seed=9)
+    assert restored.learn(traj) == policy.learn(traj)
+    for a, b in zip(restored.state_dict().values(), policy.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------- learning
+
+
+def test_learns_a_two_armed_bandit() -> None:
+    """Action 1 pays 1, action 0 pays 0, every step, forever (c = 1, bootstrapped at H = 3).
+
+    Features are noise, so every state has the same value ``p / (1 − γ)`` under a policy that picks
+    action 1 with probability ``p``: the critic must learn it through the bootstrap.
+    """
+    torch.manual_seed(0)
+    fast = OptimSpec(lr=1e-3, eps=1e-5, clip=100.0)
+    spec = tiny(horizon=3, gamma=0.5, actor_optim=fast, critic_optim=fast.model_copy(update={"lr": 3e-3}))
+    policy = DreamerPolicy(spec, (FEATURES,), EnvInfo("bandit", (3, 8, 8), 2))
+    probe = torch.randn(1000, FEATURES)
+    assert abs(policy.dist(probe).probs[:, 1].mean().item() - 0.5) < 0.15
+
+    H, B = spec.horizon, 64
+    for _ in range(300):
+        features = torch.randn(H + 1, B, FEATURES)
+        actions, _ = policy.act(features[:-1], {})
+        rewards = (actions == 1).float()
+        policy.learn(Trajectory(features, actions, rewards, torch.ones(H, B), torch.ones(H + 1, B)))
+
+    p = policy.dist(probe).probs[:, 1].mean().item()
+    assert p > 0.9
+    true_value = p / (1 - spec.gamma)
+    assert policy.value(probe).mean().item() == pytest.approx(true_value, rel=0.2)
+
+
+def test_learns_to_push_a_continuous_action_up() -> None:
+    """Reward = the action itself: the mean action should move toward +1."""
+    torch.manual_seed(0)
+    fast = OptimSpec(lr=1e-3, eps=1e-5, clip=100.0)
+    env = EnvInfo("push", (3, 8, 8), 1, discrete=False)
+    spec = tiny(horizon=3, gamma=0.5, actor_optim=fast, critic_optim=fast)
+    policy = DreamerPolicy(spec, (FEATURES,), env)
+    H, B = spec.horizon, 64
+    for _ in range(100):
+        features = torch.randn(H + 1, B, FEATURES)
+        actions, _ = policy.act(features[:-1], {})
+        policy.learn(Trajectory(features, actions, actions[..., 0], torch.ones(H, B), torch.ones(H + 1, B)))
+    greedy, _ = policy.act(torch.randn(1000, FEATURES), {}, sample=False)
+    assert greedy.mean().item() > 0.5

@@ -1,0 +1,130 @@
+"""λ-returns and the percentile return normaliser against independent references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.agents.returns import PercentileNormalizer, lambda_returns
+
+
+def reference_lambda_returns(
+    rewards: np.ndarray, conts: np.ndarray, values: np.ndarray, gamma: float, lam: float
+) -> np.ndarray:
+    """The λ-return by its definition: a λ-weighted average of n-step returns (no recursion).
+
+    ``G_t^(n) = Σ_{k<n} (Π_{j<k} γ c_{t+j}) r_{t+k} + (Π_{j<n} γ c_{t+j}) v_{t+n}`` and
+    ``R_t = (1 − λ) Σ_{n=1}^{N−1} λ^{n−1} G_t^(n) + λ^{N−1} G_t^(N)`` with ``N = H − t``.
+    """
+    H, B = rewards.shape
+    out = np.zeros((H, B))
+    for t in range(H):
+        for b in range(B):
+            N = H - t
+            n_step = []
+            for n in range(1, N + 1):
+                total, discount = 0.0, 1.0
+                for k in range(n):
+                    total += discount * rewards[t + k, b]
+                    discount *= gamma * conts[t + k, b]
+                n_step.append(total + discount * values[t + n, b])
+            mix = sum((1 - lam) * lam ** (n - 1) * n_step[n - 1] for n in range(1, N))
+            out[t, b] = mix + lam ** (N - 1) * n_step[N - 1]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    H=st.integers(1, 7),
+    B=st.integers(1, 3),
+    gamma=st.floats(0.01, 1.0),
+    lam=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**16),
+)
+def test_lambda_returns_match_the_n_step_definition(
+    H: int, B: int, gamma: float, lam: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    rewards = rng.normal(size=(H, B))
+    conts = rng.uniform(size=(H, B)) * (rng.uniform(size=(H, B)) > 0.2)  # some exact terminations
+    values = rng.normal(size=(H + 1, B)) * 3
+    got = lambda_returns(*(torch.from_numpy(x) for x in (rewards, conts, values)), gamma, lam)
+    expected = reference_lambda_returns(rewards, conts, values, gamma, lam)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-9, atol=1e-9)
+
+
+def _case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rewards = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    conts = torch.tensor([[1.0], [0.5], [1.0]], dtype=torch.float64)
+    values = torch.tensor([[10.0], [20.0], [30.0], [40.0]], dtype=torch.float64)
+    return rewards, conts, values
+
+
+def test_lambda_one_is_the_discounted_sum_bootstrapped_from_the_last_value() -> None:
+    g = 0.9
+    got = lambda_returns(*_case(), gamma=g, lam=1.0)[:, 0].tolist()
+    R2 = 3 + g * 1.0 * 40
+    R1 = 2 + g * 0.5 * R2
+    R0 = 1 + g * 1.0 * R1
+    assert got == pytest.approx([R0, R1, R2])
+    assert R0 == pytest.approx(1 + g * 2 + g * g * 0.5 * 3 + g**3 * 0.5 * 40)
+
+
+def test_lambda_zero_is_the_one_step_td_target() -> None:
+    g = 0.9
+    got = lambda_returns(*_case(), gamma=g, lam=0.0)[:, 0].tolist()
+    assert got == pytest.approx([1 + g * 20, 2 + g * 0.5 * 30, 3 + g * 40])
+
+
+def test_lambda_returns_reject_misaligned_values() -> None:
+    rewards, conts, values = _case()
+    with pytest.raises(ValueError, match=r"values \[H \+ 1"):
+        lambda_returns(rewards, conts, values[:-1], 0.9, 0.95)
+
+
+# --------------------------------------------------------------------------- normaliser
+
+
+def test_one_update_from_zero_moves_a_fraction_one_minus_decay() -> None:
+    x = torch.linspace(0, 1000, 1001)[torch.randperm(1001)].reshape(7, 143)
+    norm = PercentileNormalizer(decay=0.9, percentiles=(5.0, 95.0))
+    scale = norm.update(x)
+    p5, p95 = np.percentile(x.numpy(), [5, 95])  # 50 and 950 on this grid
+    assert norm.low.item() == pytest.approx(0.1 * p5, rel=1e-6)
+    assert norm.high.item() == pytest.approx(0.1 * p95, rel=1e-6)
+    assert scale.item() == pytest.approx(0.1 * (950 - 50), rel=1e-6)
+
+
+def test_the_averages_follow_the_ema_over_updates() -> None:
+    norm = PercentileNormalizer(decay=0.99, percentiles=(10.0, 90.0))
+    spreads = []
+    for shift, width in [(0.0, 500.0), (100.0, 2000.0), (-50.0, 300.0)]:
+        x = shift + width * torch.rand(4000)
+        p10, p90 = np.percentile(x.numpy(), [10, 90])
+        spreads.append(p90 - p10)
+        norm.update(x)
+    expected = 0.0
+    for s in spreads:
+        expected = 0.99 * expected + 0.01 * s
+    assert (norm.high - norm.low).item() == pytest.approx(expected, rel=1e-5)
+    assert norm.scale.item() == pytest.approx(max(1.0, expected), rel=1e-5)
+
+
+def test_scale_is_never_below_one() -> None:
+    norm = PercentileNormalizer()
+    for _ in range(50):
+        scale = norm.update(0.01 * torch.randn(64))
+        assert scale.item() == 1.0
+    assert 0 < (norm.high - norm.low).item() < 1
+
+
+def test_state_dict_carries_the_averages() -> None:
+    norm = PercentileNormalizer()
+    norm.update(100 * torch.randn(256))
+    restored = PercentileNormalizer()
+    restored.load_state_dict(norm.state_dict())
+    assert restored.low.item() == norm.low.item() != 0
+    assert restored.high.item() == norm.high.item() != 0

@@ -1,0 +1,83 @@
+"""MiniGrid adapter: name resolution, pixel partial view, mission in info, seeding."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("minigrid")
+
+from wmzoo.envs import minigrid as adapter  # noqa: E402
+from wmzoo.envs.plugin import MINIGRID_EXAMPLES, wmzoo_envs  # noqa: E402
+from wmzoo.errors import UnknownNameError  # noqa: E402
+
+
+def make(name: str, **kwargs) -> gym.Env:
+    (found,) = [e for e in wmzoo_envs() if e.matches(name)]
+    return found.make(name, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "env_id"),
+    [
+        ("minigrid-memory-s7", "MiniGrid-MemoryS7-v0"),
+        ("minigrid-memorys7", "MiniGrid-MemoryS7-v0"),
+        ("minigrid-empty-5x5", "MiniGrid-Empty-5x5-v0"),
+        ("minigrid-doorkey-5x5", "MiniGrid-DoorKey-5x5-v0"),
+        ("minigrid-DoorKey-5x5-v0", "MiniGrid-DoorKey-5x5-v0"),
+        ("minigrid-fourrooms", "MiniGrid-FourRooms-v0"),
+        ("minigrid-multiroom-n4-s5", "MiniGrid-MultiRoom-N4-S5-v1"),  # newest version
+    ],
+)
+def test_resolve(name: str, env_id: str) -> None:
+    import minigrid  # noqa: F401  (registers the ids)
+
+    assert adapter.resolve(name) == env_id
+
+
+def test_examples_make() -> None:
+    for name in MINIGRID_EXAMPLES:
+        assert make(name).action_space == gym.spaces.Discrete(7)
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [("minigrid-emptyy-5x5", "minigrid-empty-5x5"), ("minigrid-fourroom", "minigrid-fourrooms")],
+)
+def test_unknown_task(name: str, suggestion: str) -> None:
+    with pytest.raises(UnknownNameError) as err:
+        make(name)
+    assert str(err.value).startswith(f"unknown environment '{name}'; did you mean: {suggestion}")
+
+
+def test_contract_and_mission() -> None:
+    env = make("minigrid-memory-s7", seed=0)
+    assert env.observation_space == gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)
+    assert env.action_space == gym.spaces.Discrete(7)
+    obs, info = env.reset()
+    assert obs.shape == (3, 64, 64) and obs.dtype == np.uint8 and obs.max() > 0
+    assert info["mission"] == "go to the matching object at the end of the hallway"
+    for action in (2, 2, 0, 1, 2):
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert obs.shape == (3, 64, 64) and obs.dtype == np.uint8
+        assert type(reward) is float and info["mission"].startswith("go to")
+    env.close()
+
+
+def test_pixels_are_the_rgb_partial_view() -> None:
+    from minigrid.wrappers import ImgObsWrapper, RGBImgPartialObsWrapper
+
+    obs, _ = make("minigrid-doorkey-5x5", size=56).reset(seed=4)  # 7 cells x 8 px: no resize
+    raw_env = ImgObsWrapper(RGBImgPartialObsWrapper(gym.make("MiniGrid-DoorKey-5x5-v0"), 8))
+    raw, _ = raw_env.reset(seed=4)
+    assert raw.shape == (56, 56, 3)
+    assert np.array_equal(obs, raw.transpose(2, 0, 1))
+
+
+def test_seeding() -> None:
+    a, _ = make("minigrid-fourrooms", seed=5).reset()
+    b, _ = make("minigrid-fourrooms").reset(seed=5)
+    assert np.array_equal(a, b)
+    others = [make("minigrid-fourrooms").reset(seed=s)[0] for s in range(6, 10)]
+    assert any(not np.array_equal(a, o) for o in others)  # random rooms and start

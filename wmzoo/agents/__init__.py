@@ -1,0 +1,1 @@
+"""Policies trained in imagination. Each registers through the ``wmzoo_policies`` hook."""

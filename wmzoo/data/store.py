@@ -1,0 +1,108 @@
+"""Chunk files: how a replay's rows are laid out on disk.
+
+A chunk is a run of consecutive rows of one stream, saved uncompressed with :func:`numpy.savez`
+under the keys of :data:`FIELDS` (``obs`` uint8 ``[N, C, H, W]``, ``action`` int64 ``[N]`` or
+float32 ``[N, A]``, ``reward`` float32 ``[N]``, ``terminal`` and ``is_first`` bool ``[N]``) and
+named ``{order:09d}-{stream}-{index:06d}-{rows}.npz``:
+
+- ``order``: the chunk's place in the global write order of the directory (its age),
+- ``stream``: 32 hex digits (a uuid4) naming the stream the rows belong to,
+- ``index``: the chunk's sequence number within its stream (consecutive chunks join on load),
+- ``rows``: how many rows the chunk holds.
+
+Files are written to ``{name}.tmp`` next to their final name and moved into place with
+:func:`os.replace`, so a reader only ever sees complete files or leftover ``.tmp`` files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FIELDS = ("obs", "action", "reward", "terminal", "is_first")
+"""The arrays of a row, in the order of :class:`wmzoo.interfaces.Batch`."""
+
+RowSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
+"""Per field: the shape of one row and the stored dtype."""
+
+TMP_SUFFIX = ".tmp"
+_NAME = re.compile(r"^(\d+)-([0-9a-f]{32})-(\d+)-(\d+)\.npz$")
+
+
+def new_stream_id() -> str:
+    """A stream id that no earlier or later run reuses."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class ChunkName:
+    """The parsed name of a chunk file."""
+
+    order: int
+    stream: str
+    index: int
+    rows: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.order:09d}-{self.stream}-{self.index:06d}-{self.rows}.npz"
+
+    @staticmethod
+    def parse(filename: str) -> ChunkName | None:
+        """The name's parts, or ``None`` when ``filename`` is not a chunk file."""
+        match = _NAME.match(filename)
+        if match is None:
+            return None
+        order, stream, index, rows = match.groups()
+        return ChunkName(int(order), stream, int(index), int(rows))
+
+
+def write_chunk(path: Path, data: dict[str, np.ndarray]) -> None:
+    """Save ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        np.savez(f, **data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_chunk(path: Path, rows: int) -> tuple[dict[str, np.ndarray], RowSpec]:
+    """Load a chunk file fully into memory with its row spec; ``ValueError`` when it does not
+    hold ``rows`` valid rows.
+
+    Other errors (a truncated or foreign file) propagate as whatever numpy or zipfile raise.
+    """
+    with np.load(path, allow_pickle=False) as f:
+        if sorted(f.files) != sorted(FIELDS):
+            raise ValueError(f"keys {sorted(f.files)}, expected {sorted(FIELDS)}")
+        data = {key: f[key] for key in FIELDS}
+    for key, value in data.items():
+        if len(value) != rows:
+            raise ValueError(f"{key} has {len(value)} rows, the file name says {rows}")
+    return data, row_spec(data)
+
+
+def row_spec(data: dict[str, np.ndarray]) -> RowSpec:
+    """The row spec of chunk arrays; ``ValueError`` naming the first field breaking the format."""
+    action = data["action"]
+    action_ok = (action.dtype == np.int64 and action.ndim == 1) or (
+        action.dtype == np.float32 and action.ndim == 2
+    )
+    expected = {
+        "obs": data["obs"].dtype == np.uint8 and data["obs"].ndim == 4,
+        "action": action_ok,
+        "reward": data["reward"].dtype == np.float32 and data["reward"].ndim == 1,
+        "terminal": data["terminal"].dtype == np.bool_ and data["terminal"].ndim == 1,
+        "is_first": data["is_first"].dtype == np.bool_ and data["is_first"].ndim == 1,
+    }
+    for key, ok in expected.items():
+        if not ok:
+            value = data[key]
+            raise ValueError(f"{key} is {value.dtype} {list(value.shape)}, not a valid chunk array")
+    return {key: (tuple(data[key].shape[1:]), data[key].dtype) for key in FIELDS}

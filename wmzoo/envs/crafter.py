@@ -1,0 +1,62 @@
+"""Crafter (Hafner, 2021) with its standard settings, adapted to the Gymnasium API.
+
+Protocol: ``crafter.Env(size=(size, size), reward=True)``: 17 actions, episodes of at most 10,000
+steps (Crafter's own ``length``, reported as truncation); death is the only termination. Step
+``info`` is Crafter's, including ``achievements`` (the 22 counters the Crafter score is built on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.spaces import Box, Discrete
+
+from wmzoo.envs.wrappers import finish, require, unknown_env
+
+NAME = "crafter"
+NUM_ACTIONS = 17
+
+
+class CrafterEnv(gym.Env):
+    """Gymnasium view of ``crafter.Env``, whose seed is fixed at construction.
+
+    ``reset(seed=s)`` therefore builds a new ``crafter.Env(seed=s)``; ``reset()`` starts the next
+    world of the current one (Crafter derives each world from its seed and the episode count).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._env: Any = None
+        self.observation_space = Box(0, 255, (size, size, 3), np.uint8)
+        self.action_space = Discrete(NUM_ACTIONS)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None or self._env is None:
+            import crafter
+
+            if seed is None:
+                seed = int(self.np_random.integers(2**31 - 1))
+            self._env = crafter.Env(size=(self._size, self._size), reward=True, seed=seed)
+        return self._env.reset(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, done, info = self._env.step(int(action))
+        terminated = bool(done and info["discount"] == 0.0)  # the player died
+        truncated = bool(done and not terminated)  # the 10,000-step limit
+        return obs, float(reward), terminated, truncated, info
+
+    def close(self) -> None:
+        self._env = None
+
+
+def make(name: str, *, seed: int | None = None, size: int = 64, train: bool = True) -> gym.Env:
+    """Crafter, observations ``(3, size, size)`` rendered at that size; ``train`` is unused."""
+    if name != NAME:
+        raise unknown_env(name, [NAME])
+    require("crafter", name, "crafter")
+    return finish(CrafterEnv(size), size=size, seed=seed)

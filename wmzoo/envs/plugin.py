@@ -1,0 +1,90 @@
+"""wmzoo's built-in environments, registered through the ``wmzoo_envs`` hook.
+
+Importing this module is cheap: each suite module (and its package) is imported only when one of
+its environments is made.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from wmzoo.hookspecs import EnvEntry, hookimpl
+
+if TYPE_CHECKING:
+    import gymnasium
+
+# The 26 games of the Atari 100k benchmark (Kaiser et al., 2020), as used by IRIS and REM.
+ATARI_100K = (
+    "alien", "amidar", "assault", "asterix", "bank_heist", "battle_zone", "boxing", "breakout",
+    "chopper_command", "crazy_climber", "demon_attack", "freeway", "frostbite", "gopher", "hero",
+    "jamesbond", "kangaroo", "krull", "kung_fu_master", "ms_pacman", "pong", "private_eye",
+    "qbert", "road_runner", "seaquest", "up_n_down",
+)  # fmt: skip
+
+MINIGRID_EXAMPLES = (
+    "minigrid-empty-5x5",
+    "minigrid-empty-8x8",
+    "minigrid-doorkey-5x5",
+    "minigrid-memory-s7",
+    "minigrid-fourrooms",
+)
+
+
+def _lazy_make(module: str) -> Callable[..., gymnasium.Env]:
+    """``make`` of ``wmzoo.envs.<module>``, imported at the first call."""
+
+    def make(
+        name: str, *, seed: int | None = None, size: int = 64, train: bool = True
+    ) -> gymnasium.Env:
+        suite = importlib.import_module(f"wmzoo.envs.{module}")
+        return suite.make(name, seed=seed, size=size, train=train)
+
+    make.__qualname__ = make.__name__ = f"make_{module}"
+    make.__doc__ = f"Make an environment of :mod:`wmzoo.envs.{module}`."
+    return make
+
+
+@hookimpl
+def wmzoo_envs() -> list[EnvEntry]:
+    """Atari (family ``atari-*``), Crafter, MiniGrid (family ``minigrid-*``) and Memory Maze."""
+    memory_maze = _lazy_make("memory_maze")
+    return [
+        EnvEntry(
+            name="atari-*",
+            make=_lazy_make("atari"),
+            requires=("ale_py", "cv2"),
+            extra="atari",
+            description="Atari 2600 (ALE), Atari 100k protocol of IRIS/REM: frame skip 4, "
+            "no sticky actions, 30 no-op starts, life loss ends training episodes",
+            examples=tuple(f"atari-{game}" for game in ATARI_100K),
+        ),
+        EnvEntry(
+            name="crafter",
+            make=_lazy_make("crafter"),
+            requires=("crafter",),
+            extra="crafter",
+            description="Crafter: open-world survival, 22 achievements, 17 actions",
+        ),
+        EnvEntry(
+            name="minigrid-*",
+            make=_lazy_make("minigrid"),
+            requires=("minigrid",),
+            extra="minigrid",
+            description="MiniGrid tasks, 7x7 partial view rendered as RGB (tile size 8), 7 actions",
+            examples=MINIGRID_EXAMPLES,
+        ),
+        *(
+            EnvEntry(
+                name=f"memory-maze-{size}",
+                make=memory_maze,
+                requires=("memory_maze", "gym", "dm_control"),
+                extra="memory-maze",
+                description=f"Memory Maze {size}: 3D maze, find targets of a given colour, "
+                "6 actions (MuJoCo, needs OpenGL: MUJOCO_GL=egl)",
+                aliases=("memory-maze",) if size == "9x9" else (),
+            )
+            for size in ("9x9", "11x11", "13x13", "15x15")
+        ),
+    ]

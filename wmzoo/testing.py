@@ -1,0 +1,107 @@
+"""A testing kit for backbone authors (as TorchRL's ``check_env_specs``): one call checks a
+backbone against the contract the trainer, imagination engine and bench rely on::
+
+    from wmzoo.testing import check_backbone
+    check_backbone("mybackbone")              # its tiny preset on a 3x32x32, 4-action env
+
+Every registered backbone goes through it in wmzoo's own test suite.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from wmzoo.bench.harness import synthetic_batch
+from wmzoo.imagination import imagine, random_actions
+from wmzoo.interfaces import EnvInfo, State, TrainOutput, WorldModel
+from wmzoo.registry import default_registry, world_model_spec
+from wmzoo.train.optim import Optimizer
+
+CHECK_ENV = EnvInfo(name="check-32x32", obs_shape=(3, 32, 32), num_actions=4)
+
+
+def _check_state(state: State, batch: int, where: str) -> None:
+    assert isinstance(state, dict) and state, f"{where}: a state is a non-empty dict of tensors"
+    for key, value in state.items():
+        assert isinstance(value, torch.Tensor), f"{where}: state[{key!r}] is not a tensor"
+        assert value.shape[0] == batch, f"{where}: state[{key!r}] has batch {value.shape[0]}, expected {batch}"
+
+
+def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int = 6, horizon: int = 4) -> TrainOutput:
+    """Shape and behaviour contract of one built world model; returns the last TrainOutput."""
+    torch.manual_seed(0)
+    data = synthetic_batch(env, batch, seq_len, torch.device("cpu"))
+    components = wm.components()
+    assert components, "components() must name at least one parameter group"
+    owned = {id(p) for params, _ in components.values() for p in params}
+    assert owned == {id(p) for p in wm.parameters() if p.requires_grad}, \
+        "components() must cover every trainable parameter exactly"
+
+    out = wm.loss(data)
+    assert set(out.losses) == set(components), "loss() must return one loss per component"
+    for name, loss in out.losses.items():
+        assert loss.dim() == 0 and torch.isfinite(loss), f"loss {name!r} must be a finite scalar"
+    assert all(isinstance(v, float) for v in out.metrics.values()), "metrics must be floats"
+    n = out.start_cont.shape[0]
+    _check_state(out.start, n, "TrainOutput.start")
+    assert all(not v.requires_grad for v in out.start.values()), "start states must be detached"
+    if wm.stateful_training:
+        assert out.carry is not None, "stateful_training backbones must return a carry"
+        _check_state(out.carry, batch, "TrainOutput.carry")
+        assert all(not v.requires_grad for v in out.carry.values()), "carry must be detached"
+
+    # a few optimiser steps on one batch reduce the loss
+    opts = [Optimizer(params, spec) for params, spec in components.values()]
+    first = float(sum(out.losses.values()).detach())
+    for _ in range(8):
+        out = wm.loss(data)
+        for opt in opts:
+            opt.zero_grad()
+        sum(out.losses.values()).backward()
+        for opt in opts:
+            opt.step()
+    last = float(sum(wm.loss(data).losses.values()))
+    assert last < first, f"8 optimiser steps on one batch did not reduce the loss ({first:.3f} -> {last:.3f})"
+
+    with torch.no_grad():
+        wm.eval()
+        state = wm.observe(data)
+        _check_state(state, batch, "observe()")
+        feats = wm.features(state)
+        assert tuple(feats.shape) == (batch, *wm.feature_shape), "features() shape != feature_shape"
+        images = wm.decode(state)
+        assert images.dtype == torch.uint8 and tuple(images.shape) == (batch, *env.obs_shape), \
+            "decode() must return uint8 [B, C, H, W]"
+        traj = imagine(wm, random_actions(env.num_actions, env.discrete), state, horizon, decode=True)
+        assert traj.features.shape == (horizon + 1, batch, *wm.feature_shape)
+        assert traj.rewards.shape == (horizon, batch) and traj.conts.shape == (horizon, batch)
+        assert ((traj.conts >= 0) & (traj.conts <= 1)).all(), "cont must be a probability"
+        step_state = wm.observe_step(wm.initial_state(batch), data.obs[:, 0], data.action[:, 0], data.is_first[:, 0])
+        _check_state(step_state, batch, "observe_step()")
+
+    # weights survive a state_dict round trip
+    buffer = io.BytesIO()
+    torch.save(wm.state_dict(), buffer)
+    buffer.seek(0)
+    state_dict = torch.load(buffer, weights_only=True)
+    wm.load_state_dict(state_dict)
+    return out
+
+
+def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo = CHECK_ENV) -> None:
+    """Build the registered backbone ``name`` at ``preset`` and run :func:`check_world_model`.
+
+    Also checks that the entry has the three standard presets, each valid for its spec.
+    """
+    entry = default_registry().backbone(name)
+    missing = {"tiny", "small", "paper"} - set(entry.presets)
+    assert not missing, f"backbone {name!r} lacks presets {sorted(missing)}"
+    for preset_name, spec in entry.presets.items():
+        assert isinstance(spec, entry.spec), f"preset {preset_name!r} is not a {entry.spec.__name__}"
+        entry.spec.model_validate(spec.model_dump())
+    spec = world_model_spec(name, preset, overrides)
+    check_world_model(entry.build(spec, env), env)
