@@ -46,14 +46,17 @@ def run_spec(
         "model": {}, "policy": {}, "train": {},
         **{k: v for k, v in file.items() if k in SECTIONS},
     }
-    items = overrides.items() if isinstance(overrides, Mapping) else map(parse_override, overrides)
-    for key, value in items:
+    if isinstance(overrides, Mapping):
+        items = [(key, value, f"{key}={value}") for key, value in overrides.items()]
+    else:
+        items = [(*parse_override(text), text) for text in overrides]
+    for key, value, text in items:
         section = key.split(".", 1)[0]
         if section == "seed":
             seed = value
             continue
         if section not in SECTIONS:
-            raise WmzooError(_unrooted(key, backbone, policy, preset_name))
+            raise WmzooError(_unrooted(text, backbone, policy))
         set_path(tree, key, value)
 
     model = world_model_spec(backbone, preset_name, tree["model"])
@@ -75,9 +78,9 @@ def _family(name: str, presets: Mapping[str, Any]) -> str:
     return name
 
 
-def _unrooted(key: str, backbone: str, policy: str, preset_name: str) -> str:
+def _unrooted(text: str, backbone: str, policy: str) -> str:
     """Suggest the section a bare ``--set deter=512`` probably meant."""
-    leaf = key.split(".", 1)[0]
+    leaf = text.split(".", 1)[0].split("=", 1)[0]
     registry = default_registry()
     fields = {
         "model": registry.backbone(backbone).spec.model_fields,
@@ -86,8 +89,8 @@ def _unrooted(key: str, backbone: str, policy: str, preset_name: str) -> str:
     }
     for section, names in fields.items():
         if leaf in names:
-            return f"--set {key}: did you mean --set {section}.{key}? (keys start with model., policy. or train.)"
+            return f"--set {text}: did you mean --set {section}.{text}? (keys start with model., policy. or train.)"
     candidates = [f"{s}.{n}" for s, names in fields.items() for n in names]
     close = difflib.get_close_matches(leaf, [c.split(".", 1)[1] for c in candidates], n=1)
     hint = f"; did you mean {next(c for c in candidates if c.endswith('.' + close[0]))}?" if close else ""
-    return f"--set {key}: unknown field (keys start with model., policy., train. or seed){hint}"
+    return f"--set {text}: unknown field (keys start with model., policy., train. or seed){hint}"

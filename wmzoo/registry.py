@@ -49,7 +49,9 @@ class PluginFailure:
     def hint(self) -> str:
         if self.dist == "wmzoo":
             return f'pip install "wmzoo[{self.name}]"'
-        return f"pip install {self.dist}"
+        if self.dist:
+            return f"pip install --upgrade {self.dist}"
+        return f"check the package that provides the entry point '{self.name}'"
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class Registry:
     def _collect(self, hook_name: str) -> dict[str, Any]:
         table: dict[str, Any] = {}
         hook = getattr(self.pm.hook, hook_name)
-        for impl in reversed(hook.get_hookimpls()):  # registration order
+        for impl in hook.get_hookimpls():  # registration order: later plugins win
             for entry in impl.function() or []:
                 if entry.name in table:
                     warnings.warn(
@@ -190,7 +192,7 @@ def build_registry(
         for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
             if ep.name in blocked or pm.get_plugin(ep.name) is not None:
                 continue
-            dist = ep.dist.name if ep.dist is not None else "?"
+            dist = ep.dist.name if ep.dist is not None else ""
             try:
                 plugin = ep.load()
                 pm.register(plugin, name=ep.name)
@@ -223,7 +225,7 @@ def list_envs(pattern: str = "*") -> list[str]:
 
 def preset(presets: Mapping[str, Spec], name: str, what: str) -> Spec:
     if name not in presets:
-        raise UnknownNameError(_unknown(f"preset of {what}", name, presets))
+        raise UnknownNameError(f"unknown preset '{name}' of {what}; known: {', '.join(sorted(presets))}")
     return presets[name]
 
 

@@ -74,7 +74,9 @@ class TrainSpec(Spec):
     checkpoint_every: int = Field(10_000, ge=1, description="env steps between checkpoints")
     gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
     device: str = Field("cpu", description="torch device")
-    threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default)")
+    threads: int = Field(
+        1, ge=0, description="torch CPU threads (0: torch's default; 1 leaves a core for the envs)"
+    )
 
 
 TRAIN_PRESETS: dict[str, TrainSpec] = {
@@ -116,6 +118,11 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     return key, value
 
 

@@ -49,7 +49,7 @@ class Agent(nn.Module):
         sum(out.losses.values()).backward()  # type: ignore[union-attr]
         for name, opt in self.optimizers.items():
             out.metrics[f"{name}/grad_norm"] = opt.step()
-            out.metrics[f"{name}/loss"] = float(out.losses[name])
+            out.metrics[f"{name}/loss"] = float(out.losses[name].detach())
         return out
 
     def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:

@@ -1,0 +1,12 @@
+"""Shared test settings: one torch thread (2-core CI machines; threads that oversubscribe the
+cores slow torch down tenfold), and software rendering for Memory Maze."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)

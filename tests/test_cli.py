@@ -1,0 +1,84 @@
+"""The CLI: listing, one-line errors with exit code 2, nothing written over."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from wmzoo.cli import main
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_json_through_the_console_script():
+    result = subprocess.run(
+        [sys.executable, "-m", "wmzoo.cli", "list", "--format", "json"],
+        capture_output=True, text=True, check=True,
+    )
+    rows = json.loads(result.stdout)
+    by_name = {(r["name"], r["kind"]): r for r in rows}
+    assert {"name", "kind", "available", "reason"} <= set(rows[0])
+    assert by_name[("rssm", "backbone")]["available"] is True
+    assert by_name[("dreamer", "policy")]["available"] is True
+    for env in ("crafter", "atari-pong", "minigrid-*", "memory-maze", "memory-maze-15x15"):
+        assert (env, "env") in by_name, env
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--backbone", "rsm"], "unknown backbone 'rsm'; did you mean: rssm?"),
+        (["run", "--env", "atari-pongg"], "unknown environment 'atari-pongg'; did you mean: atari-pong?"),
+        (["run", "--set", "model.deter=-3"], "model.deter: Input should be greater than or equal to"),
+        (["run", "--set", "model.deter=abc"], "model.deter: Input should be a valid integer"),
+        (["run", "--set", "deter=64"], "did you mean --set model.deter=64?"),
+        (["run", "--set", "train.steps"], "expected KEY=VALUE"),
+        (["run", "--preset", "huge"], "unknown preset 'huge' of backbone 'rssm'; known: paper, paper-2d, small, tiny"),
+        (["bench", "--backbones", "rssm:nope", "--mode", "train"], "unknown preset"),
+        (["eval", "--checkpoint", "/nonexistent/ckpt.safetensors"], "no such file"),
+        (["imagine", "--checkpoint", "x", "--out", "movie.mp4"], "must end in .gif or .png"),
+        (["run", "--steps", "many"], "invalid int value: 'many'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_missing_optional_dependency(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # as if the atari extra were not installed
+    code, _, err = run_cli(capsys, "run", "--env", "atari-pong", "--logdir", str(tmp_path / "r"))
+    assert code == 2
+    assert 'pip install "wmzoo[atari]"' in err and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_corrupt_checkpoint_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "checkpoint.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{broken json")
+    before = bad.read_bytes()
+    for command in (["eval", "--checkpoint", str(bad)], ["imagine", "--checkpoint", str(bad), "--out", str(tmp_path / "x.gif")]):
+        code, _, err = run_cli(capsys, *command)
+        assert code == 2 and "corrupt or truncated" in err and err.count("\n") == 1
+    assert bad.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.safetensors"]
+
+
+def test_spec_prints_fields_with_bounds(capsys):
+    code, out, _ = run_cli(capsys, "spec", "--backbone", "rssm", "--preset", "paper")
+    assert code == 0
+    assert "deter: 2048" in out
+    assert "model.deter" in out and "train.train_ratio" in out and "policy.horizon" in out
