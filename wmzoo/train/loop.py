@@ -96,7 +96,10 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     else:
         _write_run_spec(logdir, run)
     write_env_info(logdir / "replay", info)
-    replay = Replay(logdir / "replay", capacity=T.replay_capacity, chunk_size=T.replay_chunk, seed=run.seed + progress.updates)
+    replay = Replay(
+        logdir / "replay", capacity=T.replay_capacity, chunk_size=T.replay_chunk,
+        seed=run.seed + progress.updates, sampling=T.sampling,
+    )
     collector = Collector(envs, agent, replay, seed=run.seed + 1000 * progress.episodes)
     logger = Logger(logdir)
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
@@ -158,7 +161,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
 
 def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_progress: bool = True) -> Path:
     """Train only the world model for ``updates`` steps on recorded episodes in ``data``."""
-    replay = Replay(data, capacity=run.train.replay_capacity, chunk_size=run.train.replay_chunk, seed=run.seed, read_only=True)
+    replay = Replay.load(data, capacity=run.train.replay_capacity, seed=run.seed, sampling=run.train.sampling)
     if len(replay) == 0:
         raise WmzooError(f"--offline {data}: no episodes found (expected the replay's .npz chunk files)")
     info = _data_env_info(data, run)

@@ -1,0 +1,31 @@
+"""`wmzoo bench`: records with the documented fields, JSON written, ratios printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wmzoo.bench.harness import parse_backbones
+from wmzoo.cli import main
+
+
+@pytest.mark.parametrize("mode", ["train", "imagine"])
+def test_bench_writes_json_records(tmp_path, capsys, mode):
+    path = tmp_path / "bench.json"
+    code = main(["bench", "--backbones", "rssm:tiny,rssm", "--preset", "tiny", "--mode", mode,
+                 "--batch", "2", "--seq-len", "8", "--horizon", "3", "--iters", "2", "--json", str(path)])
+    assert code == 0
+    records = json.loads(path.read_text())
+    assert [r["backbone"] for r in records] == ["rssm:tiny", "rssm"]
+    for r in records:
+        assert {"backbone", "preset", "mode", "batch_size", "seq_len", "params", "throughput", "peak_rss_mb"} <= set(r)
+        assert r["mode"] == mode and r["batch_size"] == 2 and r["seq_len"] == 8
+        assert r["params"] > 10_000 and r["throughput"] > 0 and r["peak_rss_mb"] > 50
+    assert records[0]["params"] == records[1]["params"]  # same preset, same model
+    out = capsys.readouterr().out
+    assert "ratio" in out and "1.00" in out
+
+
+def test_parse_backbones():
+    assert parse_backbones("rssm:paper, s4wm", "tiny") == [("rssm:paper", "rssm", "paper"), ("s4wm", "s4wm", "tiny")]

@@ -1,0 +1,57 @@
+"""Run specs: preset → config file → --set, validated in one place."""
+
+from __future__ import annotations
+
+import pytest
+
+from wmzoo.config import run_spec
+from wmzoo.errors import WmzooError
+from wmzoo.registry import default_registry
+
+
+def test_preset_then_config_then_set(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("env: minigrid-empty-8x8\nseed: 3\nmodel:\n  deter: 96\n  hidden: 80\ntrain:\n  steps: 1234\n")
+    run = run_spec("rssm", None, "tiny", config=config, overrides=["model.hidden=72", "policy.horizon=7"])
+    tiny = default_registry().backbone("rssm").presets["tiny"]
+    assert run.env == "minigrid-empty-8x8" and run.seed == 3
+    assert run.model["deter"] == 96  # from the file
+    assert run.model["hidden"] == 72  # --set wins over the file
+    assert run.model["stoch"] == tiny.stoch  # untouched: the preset
+    assert run.train.steps == 1234 and run.policy["horizon"] == 7
+
+
+def test_variant_preset_falls_back_to_family_for_policy_and_trainer():
+    run = run_spec("rssm", "minigrid-empty-5x5", "paper-2d")
+    assert run.preset == "paper-2d"
+    assert run.model["seq_len"] == 50 and run.model["cnn_stages"] == 3
+    assert run.train.train_ratio == 512  # the trainer's paper preset
+
+
+def test_nested_optimizer_override_keeps_other_fields():
+    run = run_spec("rssm", "minigrid-empty-5x5", "paper", overrides=["model.optim.lr=1e-5"])
+    assert run.model["optim"]["lr"] == 1e-5
+    assert run.model["optim"]["clip"] == 200  # table 7's clip survives
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"overrides": ["train.steps=0"]}, "train.steps: Input should be greater than or equal to 1 (got 0)"),
+        ({"overrides": ["model.optim.lr=2"]}, "model.optim.lr: Input should be less than or equal to 1 (got 2"),
+        ({"overrides": ["policy.gama=0.9"]}, "policy.gama: unknown field"),
+        ({"overrides": ["horizon=5"]}, "did you mean --set policy.horizon=5?"),
+        ({"policy": "dreamr"}, "unknown policy 'dreamr'; did you mean: dreamer?"),
+    ],
+)
+def test_errors_name_the_field(kwargs, message):
+    with pytest.raises(WmzooError) as info:
+        run_spec("rssm", "minigrid-empty-5x5", "tiny", **kwargs)
+    assert message in str(info.value)
+
+
+def test_config_rejects_unknown_top_level_keys(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("modle:\n  deter: 3\n")
+    with pytest.raises(WmzooError, match=r"unknown top-level field\(s\) \['modle'\]"):
+        run_spec(config=config)

@@ -1,0 +1,59 @@
+"""Offline training from recorded episodes, and an interrupted run that resumes losslessly."""
+
+from __future__ import annotations
+
+import pytest
+
+from wmzoo.cli import main
+from wmzoo.config import run_spec
+from wmzoo.data import Replay
+from wmzoo.train import loop
+from wmzoo.train.checkpoint import load_checkpoint
+
+
+def test_interrupt_writes_checkpoint_and_replay_then_resume(capsys, tmp_path, monkeypatch):
+    logdir = tmp_path / "run"
+    calls = {"n": 0}
+    original = loop.Collector.step
+
+    def step_then_interrupt(self, random):
+        calls["n"] += 1
+        if calls["n"] == 230:
+            raise KeyboardInterrupt
+        return original(self, random)
+
+    monkeypatch.setattr(loop.Collector, "step", step_then_interrupt)
+    code = main(["run", "--env", "minigrid-empty-5x5", "--steps", "400", "--logdir", str(logdir), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "interrupted at env step 229" in err and "--resume" in err and err.count("\n") == 1
+    tree = load_checkpoint(logdir / "checkpoint.safetensors")
+    assert tree["progress"]["env_steps"] == 229
+    # every step taken is on disk: one row per step plus the final row of each ended episode
+    assert len(Replay.load(logdir / "replay")) == 229 + tree["progress"]["episodes"]
+
+    monkeypatch.setattr(loop.Collector, "step", original)
+    assert main(["run", "--logdir", str(logdir), "--resume", "--steps", "260", "--no-progress"]) == 0
+    tree = load_checkpoint(logdir / "checkpoint.safetensors")
+    assert tree["progress"]["env_steps"] == 260
+    assert tree["progress"]["updates"] > 0
+
+
+def test_offline_training_from_a_runs_replay(tmp_path):
+    logdir = tmp_path / "online"
+    run = run_spec("rssm", "minigrid-empty-5x5", "tiny", overrides=["train.steps=210"])
+    loop.train_online(run, logdir, show_progress=False)
+    offline = tmp_path / "offline"
+    run = run_spec("rssm", "minigrid-empty-5x5", "tiny", overrides=["train.steps=12"])
+    path = loop.train_offline(run, logdir / "replay", offline, updates=12, show_progress=False)
+    tree = load_checkpoint(path)
+    assert tree["progress"]["updates"] == 12 and tree["progress"]["env_steps"] == 0
+    assert tree["env"]["num_actions"] == 7 and tuple(tree["env"]["obs_shape"]) == (3, 64, 64)
+    assert (offline / "imagination.gif").is_file()
+
+
+def test_offline_without_data_is_an_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code = main(["run", "--offline", str(tmp_path / "empty"), "--logdir", str(tmp_path / "o"), "--steps", "5"])
+    assert code == 2
+    assert "no episodes found" in capsys.readouterr().err
