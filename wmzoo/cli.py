@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("wmzoo: error: interrupted", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `wmzoo list | head`
+        sys.stderr.close()
+        return 0
 
 
 # --------------------------------------------------------------------------- commands
