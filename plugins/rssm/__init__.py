@@ -1,0 +1,47 @@
+"""The ``rssm`` backbone: DreamerV3's RSSM with truncated BPTT (the s4wm paper's RSSM-TBTT).
+
+Registers through the same ``wmzoo`` entry-point hook a third-party package uses.
+"""
+
+from __future__ import annotations
+
+from wmzoo.hookspecs import BackboneEntry, hookimpl
+
+from .model import (
+    PRESETS,
+    RSSM,
+    LayerNormGRUCell,
+    RSSMSpec,
+    RSSMWorldModel,
+    encode_action,
+    reward_cont_targets,
+    start_conts,
+)
+
+
+@hookimpl
+def wmzoo_backbones() -> list[BackboneEntry]:
+    return [
+        BackboneEntry(
+            name="rssm",
+            spec=RSSMSpec,
+            presets=PRESETS,
+            build=RSSMWorldModel,
+            default_policy="dreamer",
+            description="DreamerV3 RSSM (LayerNorm GRU, 32x32 categorical latents) with truncated BPTT",
+            paper="Hafner et al. 2023 (DreamerV3); RSSM-TBTT baseline of Deng et al. 2023 (s4wm), tables 7-8",
+        )
+    ]
+
+
+__all__ = [
+    "PRESETS",
+    "RSSM",
+    "LayerNormGRUCell",
+    "RSSMSpec",
+    "RSSMWorldModel",
+    "encode_action",
+    "reward_cont_targets",
+    "start_conts",
+    "wmzoo_backbones",
+]

@@ -1,0 +1,94 @@
+"""symlog/symexp, two-hot regression, unimix and straight-through categoricals (wmzoo.nn.distributions)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.nn import OneHotCategoricalST, TwoHot, symexp, symlog, unimix_logits
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, width=32)
+
+
+@given(st.lists(finite, min_size=1, max_size=16))
+@settings(max_examples=50, deadline=None)
+def test_symexp_inverts_symlog(values: list[float]) -> None:
+    x = torch.tensor(values, dtype=torch.float64)
+    torch.testing.assert_close(symexp(symlog(x)), x, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(symlog(symexp(symlog(x))), symlog(x))
+
+
+def test_symlog_values() -> None:
+    x = torch.tensor([0.0, math.e - 1, -(math.e - 1), 1e3], dtype=torch.float64)
+    expected = torch.tensor([0.0, 1.0, -1.0, math.log(1001.0)], dtype=torch.float64)
+    torch.testing.assert_close(symlog(x), expected)
+
+
+@given(st.lists(st.floats(min_value=-1e4, max_value=1e4, allow_nan=False), min_size=1, max_size=8))
+@settings(max_examples=60, deadline=None)
+def test_two_hot_round_trip(values: list[float]) -> None:
+    target = torch.tensor(values, dtype=torch.float32)
+    dist = TwoHot(torch.zeros(len(values), 255))
+    weights = dist.encode(target)
+    # A proper two-hot: non-negative, sums to one, at most two adjacent bins.
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(len(values)))
+    nonzero = weights > 0
+    assert (nonzero.sum(-1) <= 2).all()
+    for row in nonzero:
+        idx = row.nonzero().flatten()
+        assert len(idx) == 1 or idx[1] - idx[0] == 1
+    # Its expected bin value is symlog(target), so decoding the encoding gives the target back.
+    torch.testing.assert_close((weights * dist.bins).sum(-1), symlog(target), rtol=1e-5, atol=1e-5)
+    decoded = TwoHot(weights.log()).mean()
+    torch.testing.assert_close(decoded, target, rtol=2e-4, atol=1e-4)
+
+
+def test_two_hot_loss_gradient_is_softmax_minus_encoding() -> None:
+    # -log_prob is the cross-entropy against the two-hot target: d/dlogits = softmax - two-hot.
+    target = torch.tensor([3.0, -0.2, 150.0])
+    logits = torch.randn(3, 255, requires_grad=True)
+    dist = TwoHot(logits)
+    (-dist.log_prob(target)).sum().backward()
+    torch.testing.assert_close(logits.grad, logits.detach().softmax(-1) - dist.encode(target))
+
+
+def test_two_hot_zero_logits_predict_zero() -> None:
+    assert TwoHot(torch.zeros(3, 255)).mean().abs().max() < 1e-6
+
+
+def test_unimix_mixes_probabilities() -> None:
+    logits = torch.randn(5, 7) * 5
+    probs = unimix_logits(logits, 0.01).softmax(-1)
+    torch.testing.assert_close(probs, 0.99 * logits.softmax(-1) + 0.01 / 7)
+    assert probs.min() >= 0.01 / 7 - 1e-7
+    assert unimix_logits(logits, 0.0) is logits
+
+
+def test_one_hot_st_samples_follow_probs_with_straight_through_grad() -> None:
+    torch.manual_seed(0)
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]]).repeat(20000, 1).requires_grad_()
+    dist = OneHotCategoricalST(logits)
+    sample = dist.sample()
+    # one-hot up to float rounding of `onehot + probs - sg(probs)`
+    torch.testing.assert_close(sample.detach(), sample.detach().round(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(sample.detach().sum(-1), torch.ones(20000))
+    torch.testing.assert_close(sample.detach().mean(0), dist.probs[0].detach(), atol=0.015, rtol=0)
+    # Straight-through: the gradient of f(sample) is the gradient of f(probs).
+    w = torch.randn(4)
+    (grad_sample,) = torch.autograd.grad((sample * w).sum(), logits, retain_graph=True)
+    (grad_probs,) = torch.autograd.grad((dist.probs * w).sum(), logits)
+    torch.testing.assert_close(grad_sample, grad_probs)
+    torch.testing.assert_close(dist.mode()[0].detach(), torch.tensor([1.0, 0.0, 0.0, 0.0]))
+
+
+def test_one_hot_st_kl_and_entropy_match_torch() -> None:
+    p, q = torch.randn(6, 5), torch.randn(6, 5)
+    ref_p, ref_q = torch.distributions.Categorical(logits=p), torch.distributions.Categorical(logits=q)
+    torch.testing.assert_close(
+        OneHotCategoricalST(p).kl(OneHotCategoricalST(q)), torch.distributions.kl_divergence(ref_p, ref_q)
+    )
+    torch.testing.assert_close(OneHotCategoricalST(p).entropy(), ref_p.entropy())
