@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import io
 import math
-from collections.abc import Iterator
 
 import pluggy
 import pytest
@@ -22,15 +21,6 @@ from wmzoo.specs import OptimSpec, validate
 DISCRETE = EnvInfo("test-discrete", (3, 8, 8), 3)
 CONTINUOUS = EnvInfo("test-continuous", (3, 8, 8), 2, discrete=False)
 FEATURES = 8
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny networks are several times faster on one thread than on two contended ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny(**update: object) -> DreamerSpec:

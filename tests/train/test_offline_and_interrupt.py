@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from wmzoo.cli import main
 from wmzoo.config import run_spec

@@ -1,5 +1,6 @@
 """Building blocks shared by several backbones and policies (each lives here once)."""
 
+from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.distributions import (
     OneHotCategoricalST,
     TwoHot,
@@ -7,13 +8,21 @@ from wmzoo.nn.distributions import (
     symlog,
     unimix_logits,
 )
+from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
 
 __all__ = [
     "MLP",
+    "CategoricalLatent",
+    "ConvDecoder",
+    "ConvEncoder",
+    "KLSpec",
     "NormedLinear",
     "OneHotCategoricalST",
     "TwoHot",
+    "kl_loss",
+    "recon_loss",
+    "sample_latent",
     "symexp",
     "symlog",
     "unimix_logits",
