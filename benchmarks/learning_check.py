@@ -2,7 +2,7 @@
 scores near 0, within a CPU hour?
 
     python benchmarks/learning_check.py --backbone rssm --env minigrid-empty-8x8 \
-        --steps 40000 --logdir runs/learning-check --episodes 50
+        --preset small --logdir runs/learning-check --episodes 50
 
 Trains with `wmzoo.train.loop.train_online` (the same loop as `wmzoo run`), then evaluates the
 trained policy and a uniformly random policy on the same evaluation seeds, and writes
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--backbone", default="rssm")
     parser.add_argument("--env", default="minigrid-empty-8x8")
     parser.add_argument("--preset", default="small")
-    parser.add_argument("--steps", type=int, default=40_000)
+    parser.add_argument("--steps", type=int, help="env steps (default: the preset's)")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--max-steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -56,8 +56,8 @@ def main() -> None:
     logdir = Path(args.logdir)
     start = time.time()
     if not args.eval_only:
-        run = run_spec(args.backbone, args.env, args.preset, seed=args.seed,
-                       overrides=[f"train.steps={args.steps}", *args.overrides])
+        steps = [f"train.steps={args.steps}"] if args.steps else []
+        run = run_spec(args.backbone, args.env, args.preset, seed=args.seed, overrides=[*steps, *args.overrides])
         train_online(run, logdir, show_progress=False)
     train_seconds = time.time() - start
     agent = load_agent(logdir / "checkpoint.safetensors")
