@@ -229,7 +229,7 @@ PRESETS: dict[str, DreamerSpec] = {
         critic_optim=OptimSpec(lr=1e-4, eps=1e-5, clip=100.0),
     ),
     # A CPU hour: the small train preset replays 32 steps per env step where DreamerV3 replays 512,
-    # so the policy gets ~8x fewer updates; lr 1e-4 (DreamerV2's critic rate) makes up for part of it.
+    # so the policy gets ~16x fewer updates; lr 1e-4 (DreamerV2's critic rate) makes up for part of it.
     "small": DreamerSpec(
         units=256, layers=2, max_starts=256,
         actor_optim=OptimSpec(lr=1e-4, eps=1e-5, clip=100.0),
