@@ -184,7 +184,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_imagine(args: argparse.Namespace) -> int:
     from wmzoo.eval.rollout import load_agent, record_episode
-    from wmzoo.train.logger import side_by_side, write_frames
+    from wmzoo.train.logger import write_rollout
     from wmzoo.train.loop import imagine_open_loop
 
     if not args.out.lower().endswith((".gif", ".png")):
@@ -194,9 +194,9 @@ def cmd_imagine(args: argparse.Namespace) -> int:
     agent = load_agent(args.checkpoint)
     batch = record_episode(agent, args.context + args.horizon, seed=args.seed)
     real, model = imagine_open_loop(agent, batch, args.context)
-    path = write_frames(args.out, side_by_side(real, model, args.context))
-    print(f"wrote {path}: {len(real)} frames, real (left) beside the model's (right); "
-          f"first {args.context} reconstructed, then imagined")
+    path = write_rollout(args.out, real, model, args.context)
+    layout = "left: real, right: the model's" if path.suffix.lower() == ".gif" else "top: real, bottom: the model's"
+    print(f"wrote {path}: {len(real)} frames ({layout}); the first {args.context} reconstructed, then imagined")
     return 0
 
 

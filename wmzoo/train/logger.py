@@ -63,8 +63,20 @@ def _rgb(chw: np.ndarray) -> np.ndarray:
     return np.repeat(hwc, 3, axis=2) if hwc.shape[2] == 1 else hwc[..., :3]
 
 
-def write_frames(path: str | Path, frames: list[np.ndarray], fps: int = 8) -> Path:
-    """Write a GIF (animated) or a PNG (frames tiled in a row) atomically."""
+def strip(real: np.ndarray, imagined: np.ndarray, context: int) -> np.ndarray:
+    """One image ``[2H + 4, T·W, 3]``: real frames along the top row, the model's below; a red
+    line above the model's imagined (not reconstructed) frames."""
+    T, _, H, W = real.shape
+    canvas = np.full((2 * H + 4, T * W, 3), 255, np.uint8)
+    for t in range(T):
+        canvas[:H, t * W : (t + 1) * W] = _rgb(real[t])
+        canvas[H + 4 :, t * W : (t + 1) * W] = _rgb(imagined[t])
+    canvas[H + 1 : H + 3, context * W :] = (220, 30, 30)
+    return canvas
+
+
+def write_rollout(path: str | Path, real: np.ndarray, imagined: np.ndarray, context: int, fps: int = 8) -> Path:
+    """Real beside imagined frames, atomically: an animated GIF, or a PNG :func:`strip`."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".gif", ".png"):
@@ -73,10 +85,10 @@ def write_frames(path: str | Path, frames: list[np.ndarray], fps: int = 8) -> Pa
         raise WmzooError(f"--out {path}: the file must end in .gif or .png")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
-    images = [Image.fromarray(f) for f in frames]
     if suffix == ".gif":
+        images = [Image.fromarray(f) for f in side_by_side(real, imagined, context)]
         images[0].save(tmp, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
     else:
-        Image.fromarray(np.concatenate(frames, axis=0 if len(frames) > 16 else 1)).save(tmp)
+        Image.fromarray(strip(real, imagined, context)).save(tmp)
     os.replace(tmp, path)
     return path

@@ -32,7 +32,7 @@ from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
 from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
-from wmzoo.train.logger import Logger, side_by_side, write_frames
+from wmzoo.train.logger import Logger, strip, write_rollout
 
 CHECKPOINT = "checkpoint.safetensors"
 GIF = "imagination.gif"
@@ -149,9 +149,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 next_ckpt += T.checkpoint_every
     bar.close()
     path = checkpoint()
-    real, model = imagination_from_replay(agent, replay, context=min(8, L), horizon=T.gif_horizon)
-    write_frames(logdir / GIF, side_by_side(real, model, context=min(8, L)))
-    logger.image("imagination/last", side_by_side(real, model, context=min(8, L), scale=1)[-1], progress.env_steps)
+    record_imagination(agent, replay, logdir, logger, progress.env_steps)
     logger.write(progress.env_steps)
     logger.close()
     for env in envs:
@@ -186,8 +184,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
     logger.write(progress.updates)
     tree = {"run": run.model_dump(), "env": asdict(info), "progress": asdict(progress), **agent.state_tree()}
     path = save_checkpoint(logdir / CHECKPOINT, tree)
-    real, model = imagination_from_replay(agent, replay, context=min(8, L), horizon=run.train.gif_horizon)
-    write_frames(logdir / GIF, side_by_side(real, model, context=min(8, L)))
+    record_imagination(agent, replay, logdir, logger, progress.updates)
     logger.close()
     return path
 
@@ -219,9 +216,13 @@ def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndar
     return batch.obs[0].cpu().numpy(), model.cpu().numpy()
 
 
-def imagination_from_replay(agent: Agent, replay: Replay, context: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    length = min(context + horizon, max(len(replay), context + 1))
-    return imagine_open_loop(agent, replay.sample(1, length), context)
+def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
+    """A replayed segment: ``<logdir>/imagination.gif`` and a TensorBoard image strip."""
+    context = min(8, agent.world_model.spec.seq_len)
+    length = min(context + agent.run.train.gif_horizon, len(replay))
+    real, model = imagine_open_loop(agent, replay.sample(1, length), context)
+    write_rollout(logdir / GIF, real, model, context)
+    logger.image("imagination", strip(real, model, context), step)
 
 
 def _reset_rows(agent: Agent, carry: State, batch: Batch) -> State:
