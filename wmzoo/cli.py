@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
     p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--decode", action="store_true", help="imagine: also decode every imagined frame")
     p.add_argument("--json", dest="json_path", help="write the records as JSON here")
 
@@ -206,6 +207,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name in ("batch", "seq_len", "horizon", "iters"):
         if getattr(args, name) < 1:
             raise WmzooError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
         args.iters, args.warmup, args.env, args.device, args.decode,
