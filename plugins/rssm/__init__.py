@@ -13,9 +13,6 @@ from .model import (
     LayerNormGRUCell,
     RSSMSpec,
     RSSMWorldModel,
-    encode_action,
-    reward_cont_targets,
-    start_conts,
 )
 
 
@@ -40,8 +37,5 @@ __all__ = [
     "LayerNormGRUCell",
     "RSSMSpec",
     "RSSMWorldModel",
-    "encode_action",
-    "reward_cont_targets",
-    "start_conts",
     "wmzoo_backbones",
 ]

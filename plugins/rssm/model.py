@@ -33,7 +33,6 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
@@ -50,8 +49,9 @@ from wmzoo.interfaces import (
     index_state,
     reset_state,
 )
-from wmzoo.nn import MLP, NormedLinear, OneHotCategoricalST, TwoHot
+from wmzoo.nn import NormedLinear, OneHotCategoricalST
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
@@ -102,40 +102,6 @@ class LayerNormGRUCell(nn.Module):
         cand = torch.tanh(reset * cand)
         update = torch.sigmoid(update - 1.0)
         return update * cand + (1.0 - update) * h
-
-
-def encode_action(action: Tensor, env: EnvInfo) -> Tensor:
-    """Discrete actions ``[...]`` int64 → one-hot float ``[..., A]``; continuous ones as float."""
-    if env.discrete:
-        return F.one_hot(action.long(), env.num_actions).float()
-    return action.float()
-
-
-def reward_cont_targets(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
-    """Targets for the heads read at features ``[:, 1:]``: ``(reward, cont, mask)``, each ``[B, T-1]``.
-
-    ``reward[t]`` and ``terminal[t]`` result from ``action[t]``, so they are what the model sees
-    on arriving in step ``t + 1``: ``features[:, t + 1]`` predicts ``reward[:, t]`` and
-    ``1 − terminal[:, t]``. ``mask`` is false where step ``t + 1`` starts a new episode (the
-    window crosses an episode boundary and there is no transition to learn).
-    """
-    reward = batch.reward[:, :-1]
-    cont = 1.0 - batch.terminal[:, :-1].float()
-    mask = ~batch.is_first[:, 1:]
-    return reward, cont, mask
-
-
-def start_conts(batch: Batch) -> Tensor:
-    """``[B, T]``: 0 where ``obs[t]`` is a terminal observation (``terminal[t-1]`` within the same
-    episode), else 1. Unknown for ``t = 0`` and taken as 1."""
-    cont = torch.ones(batch.reward.shape, device=batch.reward.device)
-    cont[:, 1:] = 1.0 - (batch.terminal[:, :-1] & ~batch.is_first[:, 1:]).float()
-    return cont
-
-
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 # --------------------------------------------------------------------------- dynamics
@@ -279,8 +245,7 @@ class RSSMWorldModel(WorldModel):
         feat = self.dynamics.feature_dim
         self.feature_shape = (feat,)
         self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
-        self.reward_head = MLP(feat, spec.reward_bins, spec.hidden, spec.mlp_layers, zero_init=True)
-        self.cont_head = MLP(feat, 1, spec.hidden, spec.mlp_layers)
+        self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
 
     # -- the interface ----------------------------------------------------------------------
     def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
@@ -315,8 +280,7 @@ class RSSMWorldModel(WorldModel):
     def imagine_step(self, state: State, action: Tensor) -> Step:
         prior = self.dynamics.imagine_step(state, encode_action(action, self.env))
         feat = self.features(prior)
-        reward = TwoHot(self.reward_head(feat)).mean()
-        cont = torch.sigmoid(self.cont_head(feat).squeeze(-1))
+        reward, cont = self.heads.predict(feat)
         return Step(state=prior, reward=reward, cont=cont, features=feat)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
@@ -328,13 +292,7 @@ class RSSMWorldModel(WorldModel):
         feat = self.features(post)
 
         image = recon_loss(self.decoder(feat), batch.obs)
-        reward_target, cont_target, mask = reward_cont_targets(batch)
-        reward_dist = TwoHot(self.reward_head(feat[:, 1:]))
-        reward = masked_mean(-reward_dist.log_prob(reward_target), mask)
-        cont_logit = self.cont_head(feat[:, 1:]).squeeze(-1)
-        cont = masked_mean(
-            F.binary_cross_entropy_with_logits(cont_logit, cont_target, reduction="none"), mask
-        )
+        reward, cont, head_metrics = self.heads.loss(feat, batch)
         kl = kl_loss(post["logits"], prior["logits"], spec.kl)
         total = (
             spec.recon_scale * image
@@ -354,8 +312,7 @@ class RSSMWorldModel(WorldModel):
                 "kl_rep": kl.rep.mean(),
                 "post_entropy": OneHotCategoricalST(post["logits"]).entropy().sum(-1).mean(),
                 "prior_entropy": OneHotCategoricalST(prior["logits"]).entropy().sum(-1).mean(),
-                "reward_mae": masked_mean((reward_dist.mean() - reward_target).abs(), mask),
-                "cont_acc": masked_mean(((cont_logit > 0).float() == cont_target).float(), mask),
+                **head_metrics,
             }
         last = index_state(post, (slice(None), -1))
         return TrainOutput(

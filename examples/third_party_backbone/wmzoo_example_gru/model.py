@@ -15,15 +15,15 @@ sampling, so filtering and imagination are deterministic.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
 from wmzoo.interfaces import (
     Batch, EnvInfo, State, Step, TrainOutput, WorldModel, detach_state, flatten_state, reset_state,
 )
-from wmzoo.nn import MLP, NormedLinear, TwoHot
+from wmzoo.nn import MLP, NormedLinear
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
 
@@ -43,11 +43,6 @@ class GRUSpec(WorldModelSpec):
     optim: OptimSpec = Field(default_factory=OptimSpec, description="world-model optimizer")
 
 
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 class GRUWorldModel(WorldModel):
     """Encoder, GRU, embedding predictor, image decoder, reward (two-hot) and continue heads."""
 
@@ -64,12 +59,10 @@ class GRUWorldModel(WorldModel):
         feat = spec.deter + embed
         self.feature_shape = (feat,)
         self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
-        self.reward_head = MLP(feat, spec.reward_bins, spec.hidden, spec.mlp_layers, zero_init=True)
-        self.cont_head = MLP(feat, 1, spec.hidden, spec.mlp_layers)
+        self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
 
     def _action(self, action: Tensor) -> Tensor:
-        """Discrete actions → one-hot float; continuous ones as float."""
-        return F.one_hot(action.long(), self.env.num_actions).float() if self.env.discrete else action.float()
+        return encode_action(action, self.env)
 
     def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
         return {"model": (list(self.parameters()), self.spec.optim)}
@@ -97,8 +90,7 @@ class GRUWorldModel(WorldModel):
         h = self.gru(self.inp(torch.cat([state["e"], self._action(action)], -1)), state["h"])
         new = {"h": h, "e": self.predictor(h)}
         feat = self.features(new)
-        reward = TwoHot(self.reward_head(feat)).mean()
-        cont = torch.sigmoid(self.cont_head(feat).squeeze(-1))
+        reward, cont = self.heads.predict(feat)
         return Step(state=new, reward=reward, cont=cont, features=feat)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
@@ -129,29 +121,20 @@ class GRUWorldModel(WorldModel):
         image = recon_loss(self.decoder(feat), batch.obs)
         pred_err = (self.predictor(post["h"][:, 1:]) - e[:, 1:].detach()).square().sum(-1)
         pred = masked_mean(pred_err, mask)
-        reward_target, cont_target = batch.reward[:, :-1], 1.0 - batch.terminal[:, :-1].float()
-        reward_dist = TwoHot(self.reward_head(feat[:, 1:]))
-        reward = masked_mean(-reward_dist.log_prob(reward_target), mask)
-        cont_logit = self.cont_head(feat[:, 1:]).squeeze(-1)
-        cont_nll = F.binary_cross_entropy_with_logits(cont_logit, cont_target, reduction="none")
-        cont = masked_mean(cont_nll, mask)
+        reward, cont, head_metrics = self.heads.loss(feat, batch)
         total = (spec.recon_scale * image + spec.pred_scale * pred
                  + spec.reward_scale * reward + spec.cont_scale * cont)
 
         with torch.no_grad():
             metrics = {
                 "model": total, "recon": image, "pred": pred, "reward": reward, "cont": cont,
-                "reward_mae": masked_mean((reward_dist.mean() - reward_target).abs(), mask),
-                "cont_acc": masked_mean(((cont_logit > 0).float() == cont_target).float(), mask),
+                **head_metrics,
             }
-        # a start state is terminal (cont 0) where obs[t] ends its episode: terminal[t-1], same episode
-        start_cont = torch.ones(B, T, device=feat.device)
-        start_cont[:, 1:] = 1.0 - (batch.terminal[:, :-1] & mask).float()
         return TrainOutput(
             losses={"model": total},
             metrics={key: value.item() for key, value in metrics.items()},
             start=flatten_state(detach_state(post)),
-            start_cont=start_cont.reshape(-1),
+            start_cont=start_conts(batch).reshape(-1),  # 0 where obs[t] ends its episode
         )
 
 

@@ -13,15 +13,13 @@ from hypothesis import strategies as st
 
 from wmzoo.interfaces import Batch, EnvInfo, State, stack_states
 from wmzoo.nn import TwoHot
+from wmzoo.nn.heads import encode_action
 from wmzoo.nn.latent import KLSpec
 from wmzoo_plugins.rssm import (
     PRESETS,
     LayerNormGRUCell,
     RSSMSpec,
     RSSMWorldModel,
-    encode_action,
-    reward_cont_targets,
-    start_conts,
     wmzoo_backbones,
 )
 
@@ -285,34 +283,15 @@ def test_no_carry_without_tbtt() -> None:
 # --------------------------------------------------------------------------- alignment
 
 
-def test_reward_and_cont_targets_are_shifted_by_one() -> None:
-    batch = make_batch(2, 6)
-    batch.reward.zero_()
-    batch.reward[0, 2] = 1.0  # action[0, 2] earns it: predicted on arriving in step 3
-    batch.terminal[1, 3] = True  # action[1, 3] ends the episode: obs[1, 4] is terminal
-    batch.is_first[1, 5] = True  # a new episode starts at row 5
-    reward, cont, mask = reward_cont_targets(batch)
-    assert reward.shape == cont.shape == mask.shape == (2, 5)
-    # target index j is read at features index j + 1
-    assert reward[0].tolist() == [0, 0, 1, 0, 0]
-    assert cont[1].tolist() == [1, 1, 1, 0, 1]
-    assert mask[0].all() and mask[1].tolist() == [True, True, True, True, False]
-    assert start_conts(batch)[1].tolist() == [1, 1, 1, 1, 0, 1]
-    assert start_conts(batch)[0].tolist() == [1] * 6
-    # A terminal row right before an is_first row is not a terminal observation.
-    batch.terminal[1, 4] = True
-    assert start_conts(batch)[1, 5] == 1
-
-
 def test_heads_read_next_step_features() -> None:
     model = tiny_model()
     batch = make_batch(2, 6, seed=9)
     seen: dict[str, torch.Tensor] = {}
     hooks = [
-        getattr(model, name).register_forward_pre_hook(
+        model.get_submodule(name).register_forward_pre_hook(
             lambda mod, args, name=name: seen.update({name: args[0]})
         )
-        for name in ("decoder", "reward_head", "cont_head")
+        for name in ("decoder", "heads.reward", "heads.cont")
     ]
     try:
         out = model.loss(batch)
@@ -320,8 +299,8 @@ def test_heads_read_next_step_features() -> None:
         for hook in hooks:
             hook.remove()
     assert seen["decoder"].shape[:2] == (2, 6)
-    torch.testing.assert_close(seen["reward_head"], seen["decoder"][:, 1:])
-    torch.testing.assert_close(seen["cont_head"], seen["decoder"][:, 1:])
+    torch.testing.assert_close(seen["heads.reward"], seen["decoder"][:, 1:])
+    torch.testing.assert_close(seen["heads.cont"], seen["decoder"][:, 1:])
     # start states are the posteriors at every step, flattened batch-major
     torch.testing.assert_close(model.features(out.start), seen["decoder"].reshape(12, -1).detach())
 
@@ -349,8 +328,8 @@ def test_imagine_step_reward_and_cont_come_from_the_heads() -> None:
         prior = model.dynamics.imagine_step(start, F.one_hot(torch.tensor([1, 3]), ACTIONS).float())
         feat = model.features(prior)
         torch.testing.assert_close(step.features, feat)
-        torch.testing.assert_close(step.reward, TwoHot(model.reward_head(feat)).mean())
-        torch.testing.assert_close(step.cont, torch.sigmoid(model.cont_head(feat)[:, 0]))
+        torch.testing.assert_close(step.reward, TwoHot(model.heads.reward(feat)).mean())
+        torch.testing.assert_close(step.cont, torch.sigmoid(model.heads.cont(feat)[:, 0]))
 
 
 # --------------------------------------------------------------------------- learning

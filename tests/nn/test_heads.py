@@ -1,0 +1,58 @@
+"""Reward/continue targets under wmzoo's alignment, and the shared heads."""
+
+from __future__ import annotations
+
+import torch
+
+from wmzoo.interfaces import Batch
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, reward_cont_targets, start_conts
+from wmzoo.interfaces import EnvInfo
+
+
+def make_batch(B: int, T: int) -> Batch:
+    g = torch.Generator().manual_seed(0)
+    return Batch(
+        obs=torch.zeros(B, T, 3, 8, 8, dtype=torch.uint8),
+        action=torch.randint(0, 4, (B, T), generator=g),
+        reward=torch.randn(B, T, generator=g),
+        terminal=torch.zeros(B, T, dtype=torch.bool),
+        is_first=torch.zeros(B, T, dtype=torch.bool),
+    )
+
+
+def test_reward_and_cont_targets_are_shifted_by_one() -> None:
+    batch = make_batch(2, 6)
+    batch.reward.zero_()
+    batch.reward[0, 2] = 1.0  # action[0, 2] earns it: predicted on arriving in step 3
+    batch.terminal[1, 3] = True  # action[1, 3] ends the episode: obs[1, 4] is terminal
+    batch.is_first[1, 5] = True  # a new episode starts at row 5
+    reward, cont, mask = reward_cont_targets(batch)
+    assert reward.shape == cont.shape == mask.shape == (2, 5)
+    # target index j is read at features index j + 1
+    assert reward[0].tolist() == [0, 0, 1, 0, 0]
+    assert cont[1].tolist() == [1, 1, 1, 0, 1]
+    assert mask[0].all() and mask[1].tolist() == [True, True, True, True, False]
+    assert start_conts(batch)[1].tolist() == [1, 1, 1, 1, 0, 1]
+    assert start_conts(batch)[0].tolist() == [1] * 6
+    # A terminal row right before an is_first row is not a terminal observation.
+    batch.terminal[1, 4] = True
+    assert start_conts(batch)[1, 5] == 1
+
+
+def test_heads_start_at_zero_reward_and_mask_crossings() -> None:
+    heads = RewardContinueHeads(features=6, hidden=8, layers=1)
+    feat = torch.randn(2, 5, 6)
+    reward, cont = heads.predict(feat)
+    torch.testing.assert_close(reward, torch.zeros(2, 5), atol=1e-6, rtol=0)  # zero-initialised output
+    assert ((cont > 0) & (cont < 1)).all()
+    batch = make_batch(2, 5)
+    batch.is_first[:, 1:] = True  # every transition crosses an episode boundary
+    r, c, _ = heads.loss(feat, batch)
+    assert r.item() == 0.0 and c.item() == 0.0  # all targets masked
+
+
+def test_encode_action() -> None:
+    env = EnvInfo("e", (3, 8, 8), 4)
+    assert encode_action(torch.tensor([2]), env).tolist() == [[0.0, 0.0, 1.0, 0.0]]
+    cont = EnvInfo("c", (3, 8, 8), 2, discrete=False)
+    assert encode_action(torch.tensor([[0.5, -1.0]]), cont).tolist() == [[0.5, -1.0]]

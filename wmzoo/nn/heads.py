@@ -1,0 +1,76 @@
+"""Reward and continue heads, their targets under wmzoo's data alignment, and action encoding.
+
+``reward[t]`` and ``terminal[t]`` result from ``action[t]``, so a model predicts them from its
+features at step ``t + 1``; targets whose window crosses into a new episode (``is_first[t + 1]``)
+are masked. Shared by every latent-state backbone (RSSM, S4WM, TSSM-XL, third-party ones).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.nn.distributions import TwoHot
+from wmzoo.nn.mlp import MLP
+
+
+def encode_action(action: Tensor, env: EnvInfo) -> Tensor:
+    """Discrete actions ``[...]`` int64 → one-hot float ``[..., A]``; continuous ones as float."""
+    if env.discrete:
+        return F.one_hot(action.long(), env.num_actions).float()
+    return action.float()
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def reward_cont_targets(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """Targets for heads read at features ``[:, 1:]``: ``(reward, cont, mask)``, each ``[B, T-1]``.
+
+    ``features[:, t + 1]`` predicts ``reward[:, t]`` and ``1 − terminal[:, t]``; ``mask`` is false
+    where step ``t + 1`` starts a new episode (no transition to learn).
+    """
+    reward = batch.reward[:, :-1]
+    cont = 1.0 - batch.terminal[:, :-1].float()
+    mask = ~batch.is_first[:, 1:]
+    return reward, cont, mask
+
+
+def start_conts(batch: Batch) -> Tensor:
+    """``[B, T]``: 0 where ``obs[t]`` is a terminal observation (``terminal[t-1]`` within the same
+    episode), else 1 — the weight of an imagination started there. Taken as 1 at ``t = 0``."""
+    cont = torch.ones(batch.reward.shape, device=batch.reward.device)
+    cont[:, 1:] = 1.0 - (batch.terminal[:, :-1] & ~batch.is_first[:, 1:]).float()
+    return cont
+
+
+class RewardContinueHeads(nn.Module):
+    """DreamerV3's reward head (two-hot symlog, zero-initialised output) and continue head
+    (Bernoulli logit), both MLPs on the model's features."""
+
+    def __init__(self, features: int, hidden: int, layers: int, bins: int = 255) -> None:
+        super().__init__()
+        self.reward = MLP(features, bins, hidden, layers, zero_init=True)
+        self.cont = MLP(features, 1, hidden, layers)
+
+    def predict(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """``(reward, continue probability)`` for features ``[..., F]``."""
+        return TwoHot(self.reward(features)).mean(), torch.sigmoid(self.cont(features).squeeze(-1))
+
+    def loss(self, features: Tensor, batch: Batch) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """``(reward NLL, continue BCE, metrics)`` for sequence features ``[B, T, F]``."""
+        reward_target, cont_target, mask = reward_cont_targets(batch)
+        reward_dist = TwoHot(self.reward(features[:, 1:]))
+        reward = masked_mean(-reward_dist.log_prob(reward_target), mask)
+        cont_logit = self.cont(features[:, 1:]).squeeze(-1)
+        cont = masked_mean(F.binary_cross_entropy_with_logits(cont_logit, cont_target, reduction="none"), mask)
+        with torch.no_grad():
+            metrics = {
+                "reward_mae": masked_mean((reward_dist.mean() - reward_target).abs(), mask),
+                "cont_acc": masked_mean(((cont_logit > 0).float() == cont_target).float(), mask),
+            }
+        return reward, cont, metrics
