@@ -11,15 +11,14 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.spaces import Box, Discrete
 
-from wmzoo.envs.wrappers import finish, require, unknown_env
+from wmzoo.envs.wrappers import SeededAtBuild, finish, require, unknown_env
 
 NAME = "crafter"
 NUM_ACTIONS = 17
 
 
-class CrafterEnv(gym.Env):
+class CrafterEnv(SeededAtBuild):
     """Gymnasium view of ``crafter.Env``, whose seed is fixed at construction.
 
     ``reset(seed=s)`` therefore builds a new ``crafter.Env(seed=s)``; ``reset()`` starts the next
@@ -27,31 +26,22 @@ class CrafterEnv(gym.Env):
     """
 
     def __init__(self, size: int) -> None:
+        super().__init__(size, NUM_ACTIONS)
         self._size = size
-        self._env: Any = None
-        self.observation_space = Box(0, 255, (size, size, 3), np.uint8)
-        self.action_space = Discrete(NUM_ACTIONS)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        if seed is not None or self._env is None:
-            import crafter
+    def _build(self, seed: int) -> Any:
+        import crafter
 
-            if seed is None:
-                seed = int(self.np_random.integers(2**31 - 1))
-            self._env = crafter.Env(size=(self._size, self._size), reward=True, seed=seed)
-        return self._env.reset(), {}
+        return crafter.Env(size=(self._size, self._size), reward=True, seed=seed)
+
+    def _first_obs(self) -> np.ndarray:
+        return self._env.reset()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         obs, reward, done, info = self._env.step(int(action))
         terminated = bool(done and info["discount"] == 0.0)  # the player died
         truncated = bool(done and not terminated)  # the 10,000-step limit
         return obs, float(reward), terminated, truncated, info
-
-    def close(self) -> None:
-        self._env = None
 
 
 def make(name: str, *, seed: int | None = None, size: int = 64, train: bool = True) -> gym.Env:

@@ -14,9 +14,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.spaces import Box, Discrete
 
-from wmzoo.envs.wrappers import finish, require, unknown_env
+from wmzoo.envs.wrappers import SeededAtBuild, finish, require, unknown_env
 
 PREFIX = "memory-maze-"
 SIZES = ("9x9", "11x11", "13x13", "15x15")
@@ -26,7 +25,7 @@ RESOLUTION = 64
 NUM_ACTIONS = 6
 
 
-class MemoryMazeEnv(gym.Env):
+class MemoryMazeEnv(SeededAtBuild):
     """Gymnasium view of a Memory Maze dm_env task, whose seed is fixed at construction.
 
     ``reset(seed=s)`` therefore builds the task anew with seed ``s`` (about 2 s);
@@ -34,21 +33,14 @@ class MemoryMazeEnv(gym.Env):
     """
 
     def __init__(self, task: Callable[..., Any]) -> None:
+        super().__init__(RESOLUTION, NUM_ACTIONS)
         self._task = task
-        self._env: Any = None
-        self.observation_space = Box(0, 255, (RESOLUTION, RESOLUTION, 3), np.uint8)
-        self.action_space = Discrete(NUM_ACTIONS)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        if seed is not None or self._env is None:
-            self.close()
-            if seed is None:
-                seed = int(self.np_random.integers(2**31 - 1))
-            self._env = self._task(image_only_obs=True, seed=seed)
-        return self._env.reset().observation, {}
+    def _build(self, seed: int) -> Any:
+        return self._task(image_only_obs=True, seed=seed)
+
+    def _first_obs(self) -> np.ndarray:
+        return self._env.reset().observation
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         ts = self._env.step(int(action))

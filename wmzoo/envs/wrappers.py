@@ -63,6 +63,37 @@ def resize_rgb(image: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.BOX))
 
 
+class SeededAtBuild(gym.Env):
+    """Base of a Gymnasium view of an env whose seed is fixed when it is built (Crafter, Memory
+    Maze): ``reset(seed=s)`` builds it anew with ``s``; ``reset()`` continues with the next
+    episode of the current one. Subclasses give ``_build(seed)`` and ``_first_obs()``."""
+
+    def __init__(self, obs_size: int, num_actions: int) -> None:
+        self._env: Any = None
+        self.observation_space = Box(0, 255, (obs_size, obs_size, 3), np.uint8)
+        self.action_space = gym.spaces.Discrete(num_actions)
+
+    def _build(self, seed: int) -> Any:
+        raise NotImplementedError
+
+    def _first_obs(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None or self._env is None:
+            self.close()
+            if seed is None:
+                seed = int(self.np_random.integers(2**31 - 1))
+            self._env = self._build(seed)
+        return self._first_obs(), {}
+
+    def close(self) -> None:
+        self._env = None
+
+
 class ImageObs(gym.ObservationWrapper):
     """``(H, W, 3)`` uint8 RGB -> ``(3, size, size)`` uint8, resizing only when the size differs."""
 
