@@ -37,7 +37,7 @@ def test_list_json_through_the_console_script():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "--backbone", "rsm"], "unknown backbone 'rsm'; did you mean: rssm?"),
+        (["run", "--backbone", "rsm"], "unknown backbone 'rsm'; did you mean: rssm"),
         (["run", "--env", "atari-pongg"], "unknown environment 'atari-pongg'; did you mean: atari-pong?"),
         (["run", "--set", "model.deter=-3"], "model.deter: Input should be greater than or equal to"),
         (["run", "--set", "model.deter=abc"], "model.deter: Input should be a valid integer"),

@@ -83,7 +83,7 @@ def test_in_process_registration_and_duplicate_warning():
 
 def test_unknown_names_suggest_close_matches():
     r = reg.default_registry()
-    with pytest.raises(UnknownNameError, match=r"unknown backbone 'rsm'; did you mean: rssm\?"):
+    with pytest.raises(UnknownNameError, match=r"unknown backbone 'rsm'; did you mean: rssm\b"):
         r.backbone("rsm")
     with pytest.raises(UnknownNameError, match=r"did you mean: .*crafter"):
         r.env("crafterr")

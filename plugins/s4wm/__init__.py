@@ -1,0 +1,38 @@
+"""The ``s4wm`` backbone: S4WM, the S4-based world model of Deng et al. (2023).
+
+Registers through the same ``wmzoo`` entry-point hook a third-party package uses.
+"""
+
+from __future__ import annotations
+
+from wmzoo.hookspecs import BackboneEntry, hookimpl
+
+from .model import PRESETS, S4WMSpec, S4WMWorldModel
+from .s4 import S4Block, S4Blocks, S4DLayer
+
+
+@hookimpl
+def wmzoo_backbones() -> list[BackboneEntry]:
+    return [
+        BackboneEntry(
+            name="s4wm",
+            spec=S4WMSpec,
+            presets=PRESETS,
+            build=S4WMWorldModel,
+            default_policy="dreamer",
+            description="S4WM: stack of S4 blocks (diagonal S4D) over 32x32 categorical latents, "
+            "parallel training, recurrent imagination",
+            paper="Deng et al. 2023, Facing Off World Model Backbones (s4wm), section 4, appendix B.1, tables 7-8",
+        )
+    ]
+
+
+__all__ = [
+    "PRESETS",
+    "S4Block",
+    "S4Blocks",
+    "S4DLayer",
+    "S4WMSpec",
+    "S4WMWorldModel",
+    "wmzoo_backbones",
+]

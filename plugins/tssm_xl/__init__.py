@@ -1,0 +1,36 @@
+"""The ``tssm-xl`` backbone: TSSM on a Transformer-XL with a cache of ``m`` steps (s4wm's TSSM-XL).
+
+Registers through the same ``wmzoo`` entry-point hook a third-party package uses.
+"""
+
+from __future__ import annotations
+
+from wmzoo.hookspecs import BackboneEntry, hookimpl
+
+from .model import PRESETS, TSSMXL, TSSMXLSpec, TSSMXLWorldModel
+from .transformer_xl import TransformerXL
+
+
+@hookimpl
+def wmzoo_backbones() -> list[BackboneEntry]:
+    return [
+        BackboneEntry(
+            name="tssm-xl",
+            spec=TSSMXLSpec,
+            presets=PRESETS,
+            build=TSSMXLWorldModel,
+            default_policy="dreamer",
+            description="TSSM world model on a Transformer-XL (cache of m steps), trained segment by segment",
+            paper="Deng et al. 2023 (s4wm) TSSM-XL, appendix D.2, tables 7-8; Chen et al. 2021 (TransDreamer); Dai et al. 2019",
+        )
+    ]
+
+
+__all__ = [
+    "PRESETS",
+    "TSSMXL",
+    "TSSMXLSpec",
+    "TSSMXLWorldModel",
+    "TransformerXL",
+    "wmzoo_backbones",
+]

@@ -1,0 +1,252 @@
+"""The S4WM backbone: contract, parallel = recurrent (imagination and filtering), resets,
+carried segments, causality, the KL balancing of eq. 9, presets and parameter counts."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import wmzoo_plugins.s4wm
+from wmzoo.interfaces import Batch, EnvInfo, State
+from wmzoo.nn import OneHotCategoricalST
+from wmzoo.nn.heads import masked_mean
+from wmzoo.registry import default_registry
+from wmzoo.testing import check_backbone
+from wmzoo_plugins.s4wm import PRESETS, S4WMSpec, S4WMWorldModel, wmzoo_backbones
+
+ACTIONS = 5
+LATENT_KEYS = ("deter", "stoch", "logits", "ssm")
+VARIANTS = [{}, {"posterior": "full"}, {"mlp": False}]
+
+
+def env_info(size: int = 32) -> EnvInfo:
+    return EnvInfo("test", (3, size, size), ACTIONS)
+
+
+@cache
+def tiny_model(posterior: str = "factorised", mlp: bool = True) -> S4WMWorldModel:
+    torch.manual_seed(0)
+    spec = PRESETS["tiny"].model_copy(update={"posterior": posterior, "mlp": mlp})
+    return S4WMWorldModel(spec, env_info()).eval()
+
+
+def variant(overrides: dict) -> S4WMWorldModel:
+    return tiny_model(overrides.get("posterior", "factorised"), overrides.get("mlp", True))
+
+
+def make_batch(B: int, T: int, seed: int = 0, firsts: tuple[int, ...] = ()) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    is_first = torch.zeros(B, T, dtype=torch.bool)
+    for t in firsts:
+        is_first[:, t] = True
+    return Batch(
+        obs=torch.randint(0, 256, (B, T, 3, 32, 32), generator=g, dtype=torch.uint8),
+        action=torch.randint(0, ACTIONS, (B, T), generator=g),
+        reward=torch.randn(B, T, generator=g),
+        terminal=torch.zeros(B, T, dtype=torch.bool),
+        is_first=is_first,
+    )
+
+
+def assert_states_close(a: State, b: State, keys=LATENT_KEYS, t: int | None = None) -> None:
+    for key in keys:
+        x = a[key] if t is None else a[key][:, t]
+        torch.testing.assert_close(x, b[key], rtol=1e-4, atol=1e-4, msg=key)
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def test_entry_and_presets() -> None:
+    (entry,) = wmzoo_backbones()
+    assert entry.name == "s4wm" and entry.spec is S4WMSpec and entry.build is S4WMWorldModel
+    assert set(entry.presets) == {"tiny", "small", "paper", "paper-2d", "no-mlp", "full-posterior"}
+    paper = PRESETS["paper"]  # s4wm table 7, S4WM column
+    assert (paper.batch_size, paper.n_layers, paper.d_model, paper.d_ff) == (8, 6, 512, 2048)
+    assert (paper.stoch, paper.classes, paper.cnn_depth, paper.cnn_stages, paper.hidden) == (32, 32, 48, 4, 1000)
+    assert (paper.optim.lr, paper.optim.weight_decay, paper.optim.clip, paper.optim.warmup) == (1e-3, 1e-2, 1000, 1000)
+    assert paper.kl.weights == (0.8, pytest.approx(0.2)) and paper.kl.free == 0
+    p2d = PRESETS["paper-2d"]  # table 8
+    assert (p2d.cnn_depth, p2d.cnn_stages, p2d.hidden, p2d.n_layers, p2d.d_model) == (32, 3, 512, 6, 512)
+    assert not PRESETS["no-mlp"].mlp and PRESETS["full-posterior"].posterior == "full"
+    for spec in PRESETS.values():
+        assert S4WMSpec.model_validate(spec.model_dump()) == spec
+    with pytest.raises(ValueError, match="even"):
+        S4WMSpec(state_size=33)
+    with pytest.raises(ValueError, match="dt_min"):
+        S4WMSpec(dt_min=0.5, dt_max=0.1)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
+def test_check_backbone(overrides: dict) -> None:
+    registry = default_registry()
+    if "s4wm" not in registry.tables["backbone"]:
+        registry.register(wmzoo_plugins.s4wm)
+    check_backbone("s4wm", overrides=overrides)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@given(B=st.integers(1, 3), T=st.integers(2, 6), v=st.sampled_from(VARIANTS))
+@settings(max_examples=8, deadline=None)
+def test_shape_contract(B: int, T: int, v: dict) -> None:
+    model = variant(v)
+    spec = model.spec
+    ssm = (spec.n_layers, 2, spec.d_model, spec.state_size // 2, 2)
+    shapes = {
+        "deter": (spec.d_model,),
+        "stoch": (spec.stoch, spec.classes),
+        "logits": (spec.stoch, spec.classes),
+        "action": (ACTIONS,),
+        "ssm": ssm,
+        **({"post_ssm": ssm} if spec.posterior == "full" else {}),
+    }
+    assert model.feature_shape == (spec.d_model + spec.stoch * spec.classes,)
+    assert {k: tuple(v.shape) for k, v in model.initial_state(B).items()} == {k: (B, *s) for k, s in shapes.items()}
+    out = model.loss(make_batch(B, T))
+    assert {k: tuple(v.shape) for k, v in out.start.items()} == {k: (B * T, *s) for k, s in shapes.items()}
+    assert {k: tuple(v.shape) for k, v in out.carry.items()} == {k: (B, *s) for k, s in shapes.items()}
+    assert out.start_cont.shape == (B * T,)
+    step = model.imagine_step(out.carry, torch.zeros(B, dtype=torch.long))
+    assert {k: tuple(v.shape) for k, v in step.state.items()} == {k: (B, *s) for k, s in shapes.items()}
+    assert step.reward.shape == step.cont.shape == (B,)
+
+
+# --------------------------------------------------------------------------- parallel = recurrent
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
+@torch.no_grad()
+def test_imagination_from_context_equals_parallel_prior(overrides: dict) -> None:
+    """Algorithm 2 = algorithm 1: the recurrent form from the state after the context, fed the
+    parallel pass's posterior z and the same actions, gives the parallel prior logits."""
+    model = variant(overrides)
+    C, T = 7, 13
+    batch = make_batch(2, T, seed=3, firsts=(0,))
+    post, prior_logits, _, _ = model.sequence(batch, sample=False)
+    state = model.observe(batch.slice(0, C), sample=False)
+    assert_states_close(post, state, ("deter", "stoch", "logits"), t=C - 1)
+    for t in range(C, T):
+        step = model.imagine_step(state, batch.action[:, t - 1], sample=False)
+        torch.testing.assert_close(step.state["logits"], prior_logits[:, t], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(step.state["deter"], post["deter"][:, t], rtol=1e-4, atol=1e-4)
+        state = {**step.state, "stoch": post["stoch"][:, t]}
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
+@torch.no_grad()
+def test_observe_parallel_equals_observe_steps_with_resets(overrides: dict) -> None:
+    model = variant(overrides)
+    batch = make_batch(2, 11, seed=4, firsts=(0, 6))
+    batch.is_first[1, 6] = False
+    batch.is_first[1, 9] = True
+    B, T = batch.shape
+    parallel = model.observe(batch, sample=False)
+    _, _, _, every = model.sequence(batch, sample=False, all_states=True)
+    state, prev = model.initial_state(B), torch.zeros(B, dtype=torch.long)
+    for t in range(T):
+        state = model.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t], sample=False)
+        prev = batch.action[:, t]
+        for key in every:  # the start states of imagination are the filtered states
+            torch.testing.assert_close(every[key][:, t], state[key], rtol=1e-4, atol=1e-4)
+    keys = LATENT_KEYS + (("post_ssm",) if model.full_posterior else ())
+    assert_states_close(parallel, state, keys)
+    # after the reset at 6, row 0 no longer depends on what came before
+    fresh = model.observe(batch.slice(6, T), sample=False)
+    torch.testing.assert_close(fresh["logits"][0], parallel["logits"][0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fresh["deter"][0], parallel["deter"][0], rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+def test_carried_segments_equal_one_pass() -> None:
+    """Stateful training: a window split in two with the carry = one long parallel pass."""
+    model = tiny_model()
+    batch = make_batch(3, 14, seed=5, firsts=(0,))
+    post, prior, last, _ = model.sequence(batch, sample=False)
+    post_1, prior_1, carry, _ = model.sequence(batch.slice(0, 5), sample=False)
+    post_2, prior_2, last_2, _ = model.sequence(batch.slice(5, 14), carry, sample=False)
+    torch.testing.assert_close(torch.cat([prior_1, prior_2], 1), prior, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.cat([post_1["deter"], post_2["deter"]], 1), post["deter"], rtol=1e-4, atol=1e-4)
+    assert_states_close(last_2, last)
+    assert model.stateful_training and torch.equal(carry["action"], torch.eye(ACTIONS)[batch.action[:, 4]])
+    # the trainer's reset of a re-assigned row (is_first[:, 0]) drops the carried state
+    reset = batch.slice(5, 14)
+    reset.is_first[:, 0] = True
+    _, prior_r, _, _ = model.sequence(reset, carry, sample=False)
+    _, prior_f, _, _ = model.sequence(reset, sample=False)
+    torch.testing.assert_close(prior_r, prior_f)
+
+
+@torch.no_grad()
+def test_causality() -> None:
+    model = tiny_model("full")
+    batch = make_batch(2, 12, seed=6, firsts=(0,))
+    t0 = 5
+    changed = make_batch(2, 12, seed=7)
+    other = Batch(
+        obs=torch.cat([batch.obs[:, : t0 + 1], changed.obs[:, t0 + 1 :]], 1),
+        action=torch.cat([batch.action[:, : t0 + 1], (batch.action[:, t0 + 1 :] + 1) % ACTIONS], 1),
+        reward=batch.reward, terminal=batch.terminal, is_first=batch.is_first,
+    )
+    post_a, prior_a, _, _ = model.sequence(batch, sample=False)
+    post_b, prior_b, _, _ = model.sequence(other, sample=False)
+    for a, b in [(post_a["deter"], post_b["deter"]), (post_a["logits"], post_b["logits"]), (prior_a, prior_b)]:
+        torch.testing.assert_close(a[:, : t0 + 1], b[:, : t0 + 1], rtol=1e-5, atol=1e-5)
+        assert (a[:, t0 + 2 :] - b[:, t0 + 2 :]).abs().max() > 1e-3  # the future did change
+
+
+# --------------------------------------------------------------------------- loss
+
+
+def test_kl_balancing_and_no_kl_at_episode_starts() -> None:
+    """Eq. 9 with α = 0.8: the prior gets 0.8 of the KL gradient; eq. 7: no KL where is_first."""
+    torch.manual_seed(0)
+    spec = PRESETS["tiny"].model_copy(update={"recon_scale": 0.0, "reward_scale": 0.0, "cont_scale": 0.0})
+    model = S4WMWorldModel(spec, env_info())
+    assert spec.kl.weights == (0.8, pytest.approx(0.2)) and spec.kl.free == 0
+    batch = make_batch(2, 8, seed=8, firsts=(0, 4))
+    torch.manual_seed(1)
+    out = model.loss(batch)
+    prior_params = list(model.prior.parameters())
+    grads = torch.autograd.grad(out.losses["model"], prior_params)
+
+    torch.manual_seed(1)  # same samples
+    post, prior_logits, _, _ = model.sequence(batch)
+    kl = OneHotCategoricalST(post["logits"].detach()).kl(OneHotCategoricalST(prior_logits)).sum(-1)
+    plain = masked_mean(kl, ~batch.is_first)
+    assert out.metrics["kl"] == pytest.approx(plain.item(), rel=1e-5)
+    assert out.losses["model"].item() == pytest.approx(plain.item(), rel=1e-5)  # α + (1 − α) = 1, free 0
+    expected = torch.autograd.grad(0.8 * plain, prior_params)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-7)
+    assert abs(kl.mean().item() - plain.item()) > 1e-3  # the mask matters on this batch
+
+
+# --------------------------------------------------------------------------- sizes
+
+PARAMS = {  # EnvInfo((3, 64, 64), 6 actions); paper-2d at 40×40
+    "tiny": 317_955,
+    "small": 1_522_659,
+    "paper": 45_098_979,  # table 7: 41.1M (+9.7 %, README)
+    "paper-2d": 28_188_163,  # table 8: 28.1M (+0.3 %)
+    "no-mlp": 32_494_563,
+    "full-posterior": 63_093_027,
+}
+
+
+@pytest.mark.parametrize("name", PARAMS)
+def test_parameter_counts(name: str) -> None:
+    env = EnvInfo("count", (3, 40, 40) if name == "paper-2d" else (3, 64, 64), 6)
+    with torch.device("meta"):
+        model = S4WMWorldModel(PRESETS[name], env)
+    count = sum(p.numel() for p in model.parameters())
+    assert count == PARAMS[name]
+    if name == "paper":
+        assert abs(count / 41.1e6 - 1) < 0.10
+    if name == "paper-2d":
+        assert abs(count / 28.1e6 - 1) < 0.01
