@@ -49,39 +49,24 @@ from wmzoo.interfaces import (
     index_state,
     reset_state,
 )
-from wmzoo.nn import NormedLinear, OneHotCategoricalST
+from wmzoo.nn import LatentWorldModelSpec, NormedLinear, OneHotCategoricalST
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
-from wmzoo.specs import OptimSpec, WorldModelSpec
+from wmzoo.specs import OptimSpec
 
 # --------------------------------------------------------------------------- spec
 
 
-class RSSMSpec(WorldModelSpec):
-    """Hyperparameters of the RSSM world model (defaults: DreamerV3 size S)."""
+class RSSMSpec(LatentWorldModelSpec):
+    """Hyperparameters of the RSSM world model (defaults: DreamerV3 size S; presets ``paper`` and
+    ``paper-2d``: s4wm tables 7 and 8, RSSM-TBTT). The CNN, latent, heads, loss scales and optimizer
+    fields are :class:`~wmzoo.nn.LatentWorldModelSpec`'s."""
 
     deter: int = Field(512, ge=1, le=16384, description="h_t: GRU (deterministic state) size")
-    stoch: int = Field(32, ge=1, le=1024, description="z_t: number of categorical variables")
-    classes: int = Field(32, ge=2, le=1024, description="classes per categorical variable")
-    hidden: int = Field(512, ge=1, le=16384, description="units of every MLP layer")
-    mlp_layers: int = Field(
-        2, ge=0, le=16, description="hidden layers of the reward and continue heads"
-    )
-    cnn_depth: int = Field(32, ge=1, le=1024, description="channels of the first CNN stage (×2 per stage)")
-    cnn_stages: int = Field(
-        4, ge=1, le=8, description="stride-2 CNN stages; the image size must divide by 2**stages"
-    )
-    unimix: float = Field(0.01, ge=0, lt=1, description="uniform mixture of the latent categoricals")
-    kl: KLSpec = Field(default_factory=KLSpec, description="KL loss: free bits and weights")
-    recon_scale: float = Field(1.0, ge=0, le=1000, description="weight of the image loss")
-    reward_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reward loss")
-    cont_scale: float = Field(1.0, ge=0, le=1000, description="weight of the continue loss")
-    reward_bins: int = Field(255, ge=2, le=4096, description="two-hot bins of the reward head")
     tbtt: bool = Field(
         True, description="truncated BPTT: carry the last posterior state into the next segment"
     )
-    optim: OptimSpec = Field(default_factory=OptimSpec, description="world-model optimizer")
 
 
 # --------------------------------------------------------------------------- building blocks

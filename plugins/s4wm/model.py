@@ -51,22 +51,21 @@ from wmzoo.interfaces import (
     index_state,
     reset_state,
 )
-from wmzoo.nn import MLP, OneHotCategoricalST
+from wmzoo.nn import MLP, LatentWorldModelSpec, OneHotCategoricalST
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
-from wmzoo.specs import OptimSpec, WorldModelSpec
+from wmzoo.specs import OptimSpec
 
 from .s4 import S4Blocks
 
 # --------------------------------------------------------------------------- spec
 
-PAPER_KL = KLSpec(free=0.0, balance=0.8)
-"""s4wm eq. 9 and tables 7–8: KL balancing α = 0.8; the paper mentions no free nats."""
 
-
-class S4WMSpec(WorldModelSpec):
-    """Hyperparameters of S4WM (defaults: s4wm table 7, 3D environments)."""
+class S4WMSpec(LatentWorldModelSpec):
+    """Hyperparameters of S4WM (S4 defaults: s4wm table 7, 3D environments; presets ``paper`` and
+    ``paper-2d``: s4wm tables 7 and 8). The CNN, latent, heads, loss scales and optimizer fields are
+    :class:`~wmzoo.nn.LatentWorldModelSpec`'s (defaults: DreamerV3 size S)."""
 
     d_model: int = Field(512, ge=1, le=16384, description="h_t: width of the S4 blocks (H channels)")
     d_ff: int = Field(2048, ge=1, le=65536, description="hidden units of the MLP in every S4 block")
@@ -82,26 +81,11 @@ class S4WMSpec(WorldModelSpec):
         "factorised",
         description="q(z_t | x_t) from the image alone, or 'full': its own S4 stack over [e_t, a_{t-1}]",
     )
-    stoch: int = Field(32, ge=1, le=1024, description="z_t: number of categorical variables")
-    classes: int = Field(32, ge=2, le=1024, description="classes per categorical variable")
-    hidden: int = Field(1000, ge=1, le=16384, description="units of every MLP layer outside the S4 blocks")
-    mlp_layers: int = Field(2, ge=0, le=16, description="hidden layers of the reward and continue heads")
-    cnn_depth: int = Field(48, ge=1, le=1024, description="channels of the first CNN stage (×2 per stage)")
-    cnn_stages: int = Field(
-        4, ge=1, le=8, description="stride-2 CNN stages; the image size must divide by 2**stages"
-    )
-    unimix: float = Field(0.01, ge=0, lt=1, description="uniform mixture of the latent categoricals")
-    kl: KLSpec = Field(default_factory=lambda: PAPER_KL, description="KL loss: balancing / free nats")
-    recon_scale: float = Field(1.0, ge=0, le=1000, description="weight of the image loss")
-    reward_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reward loss")
-    cont_scale: float = Field(1.0, ge=0, le=1000, description="weight of the continue loss")
-    reward_bins: int = Field(255, ge=2, le=4096, description="two-hot bins of the reward head")
     carry_state: bool = Field(
         True,
         description="stream episodes in consecutive segments and start each from the S4 states the "
         "previous one ended in (gradients stop at segment borders)",
     )
-    optim: OptimSpec = Field(default_factory=OptimSpec, description="world-model optimizer")
 
     @model_validator(mode="after")
     def _check(self) -> S4WMSpec:
@@ -318,6 +302,9 @@ class S4WMWorldModel(WorldModel):
 
 # --------------------------------------------------------------------------- presets
 
+PAPER_KL = KLSpec(free=0.0, balance=0.8)
+"""s4wm eq. 9 and tables 7–8: KL balancing α = 0.8; the paper mentions no free nats."""
+
 PAPER_OPTIM = OptimSpec(lr=1e-3, weight_decay=1e-2, clip=1000.0, warmup=1000)
 """s4wm tables 7–8 and appendix E: AdamW 1e-3, weight decay 1e-2, clip 1000, 1000 warm-up steps
 (the cosine annealing that follows is not implemented: OptimSpec has warm-up only)."""
@@ -338,13 +325,13 @@ PRESETS: dict[str, S4WMSpec] = {
     # CPU tests: a train step takes ~0.06 s at 32×32 on one thread (README).
     "tiny": S4WMSpec(
         batch_size=4, seq_len=16, n_layers=2, d_model=32, d_ff=64, state_size=16, stoch=8,
-        classes=8, hidden=64, mlp_layers=1, cnn_depth=8, cnn_stages=4,
+        classes=8, hidden=64, mlp_layers=1, cnn_depth=8, cnn_stages=4, kl=PAPER_KL,
         optim=OptimSpec(lr=1e-3, weight_decay=1e-2, warmup=10),
     ),
     # A CPU hour on MiniGrid at 64×64: the CNN costs most of a step, as for rssm's small.
     "small": S4WMSpec(
         batch_size=8, seq_len=32, n_layers=2, d_model=128, d_ff=256, state_size=32, stoch=16,
-        classes=16, hidden=256, mlp_layers=1, cnn_depth=8, cnn_stages=4,
+        classes=16, hidden=256, mlp_layers=1, cnn_depth=8, cnn_stages=4, kl=PAPER_KL,
         optim=OptimSpec(lr=1e-3, weight_decay=1e-2, clip=1000.0, warmup=100),
     ),
     "paper": S4WMSpec(**_PAPER_3D),

@@ -50,19 +50,21 @@ from wmzoo.interfaces import (
     flatten_state,
     reset_state,
 )
-from wmzoo.nn import MLP, OneHotCategoricalST
+from wmzoo.nn import MLP, LatentWorldModelSpec, OneHotCategoricalST
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
-from wmzoo.specs import OptimSpec, WorldModelSpec
+from wmzoo.specs import OptimSpec
 
 from .transformer_xl import TransformerXL, XLOutput
 
 # --------------------------------------------------------------------------- spec
 
 
-class TSSMXLSpec(WorldModelSpec):
-    """Hyperparameters of TSSM-XL (defaults: s4wm table 7, 3D)."""
+class TSSMXLSpec(LatentWorldModelSpec):
+    """Hyperparameters of TSSM-XL (Transformer-XL defaults: s4wm table 7, 3D; presets ``paper`` and
+    ``paper-2d``: s4wm tables 7 and 8). The CNN, latent, heads, loss scales and optimizer fields are
+    :class:`~wmzoo.nn.LatentWorldModelSpec`'s (defaults: DreamerV3 size S)."""
 
     d_model: int = Field(512, ge=8, le=8192, description="Transformer-XL width (h_t size)")
     n_heads: int = Field(8, ge=1, le=128, description="attention heads")
@@ -73,20 +75,6 @@ class TSSMXLSpec(WorldModelSpec):
         128, ge=1, le=4096, description="m: cached steps per layer (s4wm: 128, ablations 256 / 512)"
     )
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout on inputs, positions, attention and residuals")
-    stoch: int = Field(32, ge=1, le=1024, description="z_t: number of categorical variables")
-    classes: int = Field(32, ge=2, le=1024, description="classes per categorical variable")
-    hidden: int = Field(1000, ge=1, le=16384, description="units of every MLP layer")
-    mlp_layers: int = Field(2, ge=0, le=16, description="hidden layers of the reward and continue heads")
-    cnn_depth: int = Field(48, ge=1, le=1024, description="channels of the first CNN stage (×2 per stage)")
-    cnn_stages: int = Field(
-        4, ge=1, le=8, description="stride-2 CNN stages; the image size must divide by 2**stages"
-    )
-    unimix: float = Field(0.01, ge=0, lt=1, description="uniform mixture of the latent categoricals")
-    kl: KLSpec = Field(default_factory=KLSpec, description="KL loss: free bits and weights")
-    recon_scale: float = Field(1.0, ge=0, le=1000, description="weight of the image loss")
-    reward_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reward loss")
-    cont_scale: float = Field(1.0, ge=0, le=1000, description="weight of the continue loss")
-    reward_bins: int = Field(255, ge=2, le=4096, description="two-hot bins of the reward head")
     start_stride: int = Field(
         1,
         ge=1,
@@ -94,7 +82,6 @@ class TSSMXLSpec(WorldModelSpec):
         description="imagination starts from every n-th step of a segment (each start state "
         "holds n_layers × cache_len × d_model cached floats)",
     )
-    optim: OptimSpec = Field(default_factory=OptimSpec, description="world-model optimizer")
 
 
 # --------------------------------------------------------------------------- dynamics

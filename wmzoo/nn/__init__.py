@@ -10,6 +10,7 @@ from wmzoo.nn.distributions import (
 )
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
+from wmzoo.nn.specs import LatentWorldModelSpec
 
 __all__ = [
     "MLP",
@@ -17,6 +18,7 @@ __all__ = [
     "ConvDecoder",
     "ConvEncoder",
     "KLSpec",
+    "LatentWorldModelSpec",
     "NormedLinear",
     "OneHotCategoricalST",
     "TwoHot",
