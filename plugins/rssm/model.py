@@ -41,17 +41,15 @@ from wmzoo.interfaces import (
     Dynamics,
     EnvInfo,
     State,
-    Step,
     TrainOutput,
-    WorldModel,
     detach_state,
     flatten_state,
     index_state,
     reset_state,
 )
-from wmzoo.nn import LatentWorldModelSpec, NormedLinear, OneHotCategoricalST
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
-from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
+from wmzoo.nn import LatentWorldModel, LatentWorldModelSpec, NormedLinear, OneHotCategoricalST
+from wmzoo.nn.cnn import recon_loss
+from wmzoo.nn.heads import encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.specs import OptimSpec
 
@@ -210,63 +208,35 @@ class RSSM(Dynamics):
 # --------------------------------------------------------------------------- world model
 
 
-class RSSMWorldModel(WorldModel):
+class RSSMWorldModel(LatentWorldModel):
     """Encoder, RSSM, image decoder, reward head (two-hot, zero-initialised) and continue head."""
 
+    spec: RSSMSpec
+    dynamics: RSSM
+
     def __init__(self, spec: RSSMSpec, env: EnvInfo) -> None:
-        super().__init__()
-        self.spec, self.env = spec, env
+        super().__init__(spec, env)
         self.stateful_training = spec.tbtt
-        self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
-        self.dynamics = RSSM(
-            self.encoder.out_dim,
-            env.num_actions,
+
+    def build_dynamics(self, embed_dim: int) -> RSSM:
+        spec = self.spec
+        return RSSM(
+            embed_dim,
+            self.env.num_actions,
             spec.deter,
             spec.stoch,
             spec.classes,
             spec.hidden,
             spec.unimix,
         )
-        feat = self.dynamics.feature_dim
-        self.feature_shape = (feat,)
-        self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
-        self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
 
-    # -- the interface ----------------------------------------------------------------------
-    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
-        return {"model": (list(self.parameters()), self.spec.optim)}
-
-    def initial_state(self, batch_size: int) -> State:
-        return self.dynamics.initial_state(batch_size)
-
-    def features(self, state: State) -> Tensor:
-        return self.dynamics.features(state)
-
-    def decode(self, state: State) -> Tensor:
-        image = self.decoder(self.features(state))
-        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
-
-    def observe_step(
-        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor, sample: bool = True
-    ) -> State:
-        embed = self.encoder(obs)
-        post, _ = self.dynamics.observe_step(
-            state, embed, encode_action(prev_action, self.env), is_first, sample
-        )
-        return post
-
+    # -- the interface (the rest: LatentWorldModel) -------------------------------------------
     def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
         """The posterior state after the last step, carrying ``action[:, -1]`` for what follows."""
         post, _ = self.dynamics.observe(
             self.encoder(batch.obs), encode_action(batch.action, self.env), batch.is_first, state, sample
         )
         return index_state(post, (slice(None), -1))
-
-    def imagine_step(self, state: State, action: Tensor) -> Step:
-        prior = self.dynamics.imagine_step(state, encode_action(action, self.env))
-        feat = self.features(prior)
-        reward, cont = self.heads.predict(feat)
-        return Step(state=prior, reward=reward, cont=cont, features=feat)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """DreamerV3's world-model loss (eq. 4–5) on a segment, starting from ``carry`` (TBTT)."""

@@ -36,23 +36,20 @@ from __future__ import annotations
 
 import torch
 from pydantic import Field
-from torch import Tensor, nn
+from torch import Tensor
 
 from wmzoo.interfaces import (
     Batch,
     Dynamics,
-    EnvInfo,
     State,
-    Step,
     TrainOutput,
-    WorldModel,
     detach_state,
     flatten_state,
     reset_state,
 )
-from wmzoo.nn import MLP, LatentWorldModelSpec, OneHotCategoricalST
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
-from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
+from wmzoo.nn import MLP, LatentWorldModel, LatentWorldModelSpec, OneHotCategoricalST
+from wmzoo.nn.cnn import recon_loss
+from wmzoo.nn.heads import encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.specs import OptimSpec
 
@@ -208,59 +205,27 @@ class TSSMXL(Dynamics):
 # --------------------------------------------------------------------------- world model
 
 
-class TSSMXLWorldModel(WorldModel):
+class TSSMXLWorldModel(LatentWorldModel):
     """Encoder, TSSM-XL dynamics, image decoder, reward (two-hot) and continue heads.
 
     Training is stateful: ``loss(batch, carry)`` continues from the previous segment's cache
     (Transformer-XL's segment recurrence) and returns the new one, detached.
     """
 
+    spec: TSSMXLSpec
+    dynamics: TSSMXL
     stateful_training = True
 
-    def __init__(self, spec: TSSMXLSpec, env: EnvInfo) -> None:
-        super().__init__()
-        self.spec, self.env = spec, env
-        self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
-        self.dynamics = TSSMXL(self.encoder.out_dim, env.num_actions, spec)
-        feat = self.dynamics.feature_dim
-        self.feature_shape = (feat,)
-        self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
-        self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
+    def build_dynamics(self, embed_dim: int) -> TSSMXL:
+        return TSSMXL(embed_dim, self.env.num_actions, self.spec)
 
-    # -- the interface ----------------------------------------------------------------------
-    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
-        return {"model": (list(self.parameters()), self.spec.optim)}
-
-    def initial_state(self, batch_size: int) -> State:
-        return self.dynamics.initial_state(batch_size)
-
-    def features(self, state: State) -> Tensor:
-        return self.dynamics.features(state)
-
-    def decode(self, state: State) -> Tensor:
-        image = self.decoder(self.features(state))
-        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
-
-    def observe_step(
-        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor, sample: bool = True
-    ) -> State:
-        post, _ = self.dynamics.observe_step(
-            state, self.encoder(obs), encode_action(prev_action, self.env), is_first, sample
-        )
-        return post
-
+    # -- the interface (the rest: LatentWorldModel) -------------------------------------------
     def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
         """The state after the last step, from one parallel pass over the batch."""
         post, _, xl = self.dynamics.observe_segment(
             self.encoder(batch.obs), encode_action(batch.action, self.env), batch.is_first, state, sample
         )
         return self.dynamics.last_state(post, xl)
-
-    def imagine_step(self, state: State, action: Tensor) -> Step:
-        prior = self.dynamics.imagine_step(state, encode_action(action, self.env))
-        feat = self.features(prior)
-        reward, cont = self.heads.predict(feat)
-        return Step(state=prior, reward=reward, cont=cont, features=feat)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """The s4wm objective (eq. 22 with KL balancing) on a segment continuing ``carry``."""

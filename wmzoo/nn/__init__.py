@@ -11,6 +11,7 @@ from wmzoo.nn.distributions import (
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
 from wmzoo.nn.specs import LatentWorldModelSpec
+from wmzoo.nn.world_model import LatentWorldModel
 
 __all__ = [
     "MLP",
@@ -18,6 +19,7 @@ __all__ = [
     "ConvDecoder",
     "ConvEncoder",
     "KLSpec",
+    "LatentWorldModel",
     "LatentWorldModelSpec",
     "NormedLinear",
     "OneHotCategoricalST",

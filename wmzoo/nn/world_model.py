@@ -1,0 +1,81 @@
+"""The world model of a latent-state backbone built from this package's parts (once here).
+
+:class:`LatentWorldModel` is the glue a backbone whose world model is a CNN encoder, its own
+sequence model (a :class:`~wmzoo.interfaces.Dynamics`), a CNN decoder and the two-hot reward and
+continue heads would otherwise write out: it builds ``encoder`` → ``dynamics`` → ``decoder`` +
+``heads`` from a :class:`~wmzoo.nn.LatentWorldModelSpec` and implements the interface methods
+that only delegate to those parts. A subclass supplies the dynamics (:meth:`build_dynamics`) and
+what is its own: :meth:`~wmzoo.interfaces.WorldModel.loss`, usually
+:meth:`~wmzoo.interfaces.WorldModel.observe` (a parallel form) and how training carries state.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from wmzoo.interfaces import Dynamics, EnvInfo, State, Step, WorldModel
+from wmzoo.nn.cnn import ConvDecoder, ConvEncoder
+from wmzoo.nn.heads import RewardContinueHeads, encode_action
+from wmzoo.nn.specs import LatentWorldModelSpec
+from wmzoo.specs import OptimSpec
+
+
+class LatentWorldModel(WorldModel):
+    """Encoder, the subclass's dynamics, image decoder, reward (two-hot) and continue heads.
+
+    ``action`` arguments of the dynamics are encoded actions (see :func:`encode_action`). Besides
+    the :class:`~wmzoo.interfaces.Dynamics` methods it must have ``observe_step(state, embed,
+    prev_action, is_first, sample) -> (posterior, prior)`` and a ``feature_dim`` property, the size
+    of :meth:`features`, which the decoder and heads read.
+    All parameters form one ``"model"`` group trained with ``spec.optim``.
+    """
+
+    spec: LatentWorldModelSpec
+
+    def __init__(self, spec: LatentWorldModelSpec, env: EnvInfo) -> None:
+        super().__init__()
+        self.spec, self.env = spec, env
+        self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
+        self.dynamics = self.build_dynamics(self.encoder.out_dim)
+        feat = self.dynamics.feature_dim
+        self.feature_shape = (feat,)
+        self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
+        self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
+
+    @abstractmethod
+    def build_dynamics(self, embed_dim: int) -> Dynamics:
+        """The sequence model on encoder embeddings of ``embed_dim`` (``self.spec`` and
+        ``self.env`` are set); it must expose ``feature_dim``."""
+
+    # -- the interface ----------------------------------------------------------------------
+    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
+        return {"model": (list(self.parameters()), self.spec.optim)}
+
+    def initial_state(self, batch_size: int) -> State:
+        return self.dynamics.initial_state(batch_size)
+
+    def features(self, state: State) -> Tensor:
+        return self.dynamics.features(state)
+
+    def decode(self, state: State) -> Tensor:
+        image = self.decoder(self.features(state))
+        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+
+    def observe_step(
+        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor, sample: bool = True
+    ) -> State:
+        """The posterior state after filtering ``obs``; the dynamics reset where ``is_first``."""
+        embed = self.encoder(obs)
+        post, _ = self.dynamics.observe_step(
+            state, embed, encode_action(prev_action, self.env), is_first, sample
+        )
+        return post
+
+    def imagine_step(self, state: State, action: Tensor) -> Step:
+        prior = self.dynamics.imagine_step(state, encode_action(action, self.env))
+        feat = self.features(prior)
+        reward, cont = self.heads.predict(feat)
+        return Step(state=prior, reward=reward, cont=cont, features=feat)
