@@ -270,11 +270,13 @@ class RSSMWorldModel(LatentWorldModel):
                 **head_metrics,
             }
         last = index_state(post, (slice(None), -1))
+        starts = slice(None, None, spec.start_stride)
         return TrainOutput(
             losses={"model": total},
             metrics=dict(zip(metrics, torch.stack(list(metrics.values())).tolist())),
-            start=flatten_state(detach_state(post)),
-            start_cont=start_conts(batch).reshape(-1),
+            # starts at steps 0, k, 2k, … (k = start_stride), as TSSM-XL's and S4WM's
+            start=flatten_state(detach_state(index_state(post, (slice(None), starts)))),
+            start_cont=start_conts(batch)[:, starts].reshape(-1),
             carry=detach_state(last) if spec.tbtt else None,
         )
 

@@ -122,13 +122,14 @@ class S4DLayer(nn.Module):
         u: Tensor,
         state: Tensor | None = None,
         reset: Tensor | None = None,
-        all_states: bool = False,
+        all_states: bool | int = False,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """The whole sequence at once: ``u [B, L, H]`` from ``state [B, H, N/2]`` (zeros if None).
 
         ``reset [B, L]`` bool zeroes the state before each marked step. Returns ``(y [B, L, H],
-        s_{L−1} [B, H, N/2], states)`` where ``states`` is ``[B, L, H, N/2]`` (the state after
-        every step) if ``all_states`` else None.
+        s_{L−1} [B, H, N/2], states)`` where ``states`` is None if ``all_states`` is false, else the
+        states after steps ``0, k, 2k, …`` with ``k = int(all_states)`` (True: every step),
+        ``[B, ⌈L/k⌉, H, N/2]``, detached and computed without an autograd graph.
         """
         Bsz, L, _ = u.shape
         x = u.transpose(1, 2)  # [B, H, L]
@@ -156,20 +157,44 @@ class S4DLayer(nn.Module):
         final = final + (seg[:, -1] == 0).reshape(-1, 1, 1) * V[..., L] * state
 
         states = None
-        if all_states:  # detached: they only start imagination
+        if all_states:  # detached: they only start imagination, so no graph is built for them
             with torch.no_grad():
-                states = self._all_states(x, masks, B_bar, V, state)
+                states = self._strided_states(x.detach(), seg, dt_lam, B_bar, state.detach(), int(all_states))
         return y.transpose(1, 2), final, states
 
-    def _all_states(self, x: Tensor, masks: list[Tensor], B_bar: Tensor, V: Tensor, state: Tensor) -> Tensor:
-        """``s_t`` for every ``t``: ``[B, L, H, N/2]``, a complex causal convolution per mode."""
-        L = x.shape[-1]
-        states = 0
-        for s, m in enumerate(masks):
-            u = (x * m).unsqueeze(2).to(V.dtype)  # [B, H, 1, L]
-            conv = torch.fft.ifft(torch.fft.fft(u, n=2 * L) * torch.fft.fft(V[..., :L], n=2 * L), n=2 * L)
-            states = states + conv[..., :L] * B_bar.unsqueeze(-1) * m.unsqueeze(2)
-        states = states + state.unsqueeze(-1) * V[..., 1:] * masks[0].unsqueeze(2)
+    @staticmethod
+    def _strided_states(x: Tensor, seg: Tensor, dt_lam: Tensor, B_bar: Tensor, state: Tensor, k: int) -> Tensor:
+        """``s_t`` at ``t_i = i·k`` (``i < S = ⌈L/k⌉``): ``[B, S, H, N/2]`` in O(B·S·H·N/2) memory.
+
+        Chunk ``i`` holds the steps ``(t_{i−1}, t_i]`` (chunk 0: step 0 alone); its own inputs
+        give ``c_i = Σ_j Ā^{t_i−j} B̄ u_j`` over the steps of ``t_i``'s segment. Then
+        ``s_{t_i} = Σ_{i' ≤ i, same segment} (Ā^k)^{i−i'} c_{i'} + Ā^{t_i+1} s_{−1}`` (first segment
+        only): a causal convolution over chunks, once per segment, as in :meth:`forward`.
+        """
+        Bsz, H, L = x.shape
+        S = -(-L // k)
+        # step j at padded position j + k − 1, so chunk i = padded [i·k, (i+1)·k) ends at t_i;
+        # steps after the last start are dropped, zeros fill in before step 0 and after step L − 1
+        pad_right = max(S * k - (k - 1) - L, 0)
+        xp = F.pad(x, (k - 1, pad_right))[..., : S * k].reshape(Bsz, H, S, k)
+        segp = F.pad(seg, (k - 1, 0), value=0)
+        segp = torch.cat([segp, segp[:, -1:].expand(Bsz, pad_right)], 1)[:, : S * k].reshape(Bsz, S, k)
+        seg_c = segp[..., -1]  # segment of every t_i, [B, S]
+        same = (segp == seg_c.unsqueeze(-1)).unsqueeze(1).to(x.dtype)  # [B, 1, S, k]
+        r = torch.arange(k - 1, -1, -1, device=x.device, dtype=dt_lam.real.dtype)
+        decay = torch.exp(dt_lam.unsqueeze(-1) * r)  # Ā^{k−1−r}: [H, N/2, k]
+        local = torch.einsum("bhsr,hnr->bhns", (xp * same).to(decay.dtype), decay)
+        local = local * B_bar.unsqueeze(-1)  # c_i: [B, H, N/2, S]
+
+        i = torch.arange(S, device=x.device, dtype=dt_lam.real.dtype)
+        kernel = torch.exp(dt_lam.unsqueeze(-1) * (k * i))  # (Ā^k)^i: [H, N/2, S]
+        k_f = torch.fft.fft(kernel, n=2 * S)
+        states = state.unsqueeze(-1) * torch.exp(dt_lam.unsqueeze(-1) * (k * i + 1))  # Ā^{t_i+1} s_{−1}
+        states = states * (seg_c == 0).unsqueeze(1).unsqueeze(1)
+        for s in range(int(seg_c.max()) + 1):
+            m = (seg_c == s).unsqueeze(1).unsqueeze(1)  # [B, 1, 1, S]
+            conv = torch.fft.ifft(torch.fft.fft(local * m, n=2 * S) * k_f, n=2 * S)[..., :S]
+            states = states + conv * m
         return states.permute(0, 3, 1, 2)
 
 
@@ -220,9 +245,10 @@ class S4Block(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool = False
+        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool | int = False
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """``x [B, L, H]``, ``state [B, 2, H, N/2]`` → ``(x, final state, states [B, L, 2, H, N/2] | None)``."""
+        """``x [B, L, H]``, ``state [B, 2, H, N/2]`` → ``(x, final state, states [B, S, 2, H, N/2] | None)``
+        (``S = ⌈L/k⌉`` states after steps ``0, k, 2k, …``, ``k = int(all_states)``; see :class:`S4DLayer`)."""
         finals, every = [], []
         for i, (norm, ssm, out) in enumerate(zip(self.norms, self.ssms, self.outs)):
             y, final, states = ssm(norm(x), state[:, i], reset, all_states)
@@ -266,9 +292,10 @@ class S4Blocks(nn.Module):
         return torch.zeros(batch_size, *self.state_shape, dtype=cdtype, device=self.norm.weight.device)
 
     def forward(
-        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool = False
+        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool | int = False
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """``x [B, L, H]`` → ``(h [B, L, H], final state, states [B, L, n_layers, 2, H, N/2] | None)``."""
+        """``x [B, L, H]`` → ``(h [B, L, H], final state, states [B, S, n_layers, 2, H, N/2] | None)``
+        (``S = ⌈L/k⌉`` states after steps ``0, k, 2k, …``, ``k = int(all_states)``)."""
         finals, every = [], []
         for i, block in enumerate(self.blocks):
             x, final, states = block(x, state[:, i], reset, all_states)

@@ -72,13 +72,6 @@ class TSSMXLSpec(LatentWorldModelSpec):
         128, ge=1, le=4096, description="m: cached steps per layer (s4wm: 128, ablations 256 / 512)"
     )
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout on inputs, positions, attention and residuals")
-    start_stride: int = Field(
-        1,
-        ge=1,
-        le=4096,
-        description="imagination starts from every n-th step of a segment (each start state "
-        "holds n_layers × cache_len × d_model cached floats)",
-    )
 
 
 # --------------------------------------------------------------------------- dynamics

@@ -44,4 +44,11 @@ class LatentWorldModelSpec(WorldModelSpec):
     reward_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reward loss")
     cont_scale: float = Field(1.0, ge=0, le=1000, description="weight of the continue loss")
     reward_bins: int = Field(255, ge=2, le=4096, description="two-hot bins of the reward head")
+    start_stride: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="imagination starts from every k-th step's state (1: every step); bounds memory "
+        "for models with large states",
+    )
     optim: OptimSpec = Field(default_factory=OptimSpec, description="world-model optimizer")

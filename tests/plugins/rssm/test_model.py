@@ -377,3 +377,29 @@ def test_parameter_counts() -> None:
     # (4×4×384 = 6144 features vs pydreamer's 1536; see the README): within +25 % / +15 %.
     assert 1.0 < paper / 54.1e6 < 1.25
     assert 1.0 < paper_2d / 31.2e6 < 1.15
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_start_stride_takes_every_kth_start(k: int) -> None:
+    """``start_stride = k``: the start states and ``start_cont`` are those of ``k = 1`` at steps
+    0, k, 2k, … (as TSSM-XL and S4WM)."""
+    model = tiny_model()
+    strided = RSSMWorldModel(model.spec.model_copy(update={"start_stride": k}), model.env).eval()
+    strided.load_state_dict(model.state_dict())
+    B, T = 2, 7
+    batch = make_batch(B, T, seed=3)
+    batch.is_first[:, 0] = batch.is_first[1, 3] = True
+    batch.terminal[0, 1] = batch.terminal[1, 5] = True
+    torch.manual_seed(1)
+    every = model.loss(batch)
+    torch.manual_seed(1)
+    out = strided.loss(batch)
+    steps = list(range(0, T, k))
+    assert out.start_cont.shape == (B * len(steps),)
+    torch.testing.assert_close(out.start_cont, every.start_cont.reshape(B, T)[:, steps].reshape(-1))
+    assert set(out.start) == set(every.start)
+    for key, value in out.start.items():
+        assert not value.requires_grad
+        ref = every.start[key].reshape(B, T, *value.shape[1:])[:, steps].reshape(value.shape)
+        torch.testing.assert_close(value, ref, msg=key)
+    assert all(spec.start_stride == 1 for spec in PRESETS.values())

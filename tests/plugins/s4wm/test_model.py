@@ -250,3 +250,37 @@ def test_parameter_counts(name: str) -> None:
         assert abs(count / 41.1e6 - 1) < 0.10
     if name == "paper-2d":
         assert abs(count / 28.1e6 - 1) < 0.01
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_start_stride_takes_every_kth_start(overrides: dict, k: int) -> None:
+    """``start_stride = k``: the start states and ``start_cont`` are those of ``k = 1`` at steps
+    0, k, 2k, … (resets inside chunks and on a start, a terminal, a carried state), detached."""
+    model = variant(overrides)
+    strided = S4WMWorldModel(model.spec.model_copy(update={"start_stride": k}), model.env).eval()
+    strided.load_state_dict(model.state_dict())
+    B, T = 2, 11
+    batch = make_batch(B, T, seed=6, firsts=(0, 4))
+    batch.is_first[1, 4], batch.is_first[1, 5] = False, True
+    batch.terminal[0, 2] = batch.terminal[1, 7] = True  # obs 3 (row 0) and 8 (row 1) are terminal
+    carry = model.loss(make_batch(B, 5, seed=7)).carry
+    torch.manual_seed(1)
+    every = model.loss(batch, carry)
+    torch.manual_seed(1)
+    out = strided.loss(batch, carry)
+    steps = list(range(0, T, k))
+    assert out.start_cont.shape == (B * len(steps),)
+    torch.testing.assert_close(out.start_cont, every.start_cont.reshape(B, T)[:, steps].reshape(-1))
+    assert set(out.start) == set(every.start)
+    for key, value in out.start.items():
+        assert not value.requires_grad
+        ref = every.start[key].reshape(B, T, *value.shape[1:])[:, steps].reshape(value.shape)
+        torch.testing.assert_close(value, ref, rtol=1e-4, atol=1e-4, msg=key)
+    torch.testing.assert_close(out.losses["model"], every.losses["model"])
+    assert 0.0 in every.start_cont.tolist()
+
+
+def test_paper_presets_stride_starts() -> None:
+    assert all(PRESETS[name].start_stride == 8 for name in ("paper", "paper-2d", "no-mlp", "full-posterior"))
+    assert all(PRESETS[name].start_stride == 1 for name in ("tiny", "small"))

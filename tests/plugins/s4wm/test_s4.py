@@ -148,3 +148,24 @@ def test_blocks_parallel_equals_step(mlp: bool) -> None:
     torch.testing.assert_close(h, torch.stack(hs, 1), atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(final, s, atol=1e-9, rtol=1e-9)
     assert (blocks.blocks[0].mlp is not None) == mlp
+
+
+@given(L=st.integers(1, 24), k=st.integers(1, 9), seed=st.integers(0, 10_000),
+       resets=st.lists(st.integers(0, 23), max_size=4))
+@settings(max_examples=25, deadline=None)
+def test_strided_states_equal_every_step_states(L, k, seed, resets) -> None:
+    """``all_states=k`` gives the states after steps 0, k, 2k, … — those of the recurrence, with
+    resets anywhere (inside a chunk, on a start) and a carried initial state — and no graph."""
+    layer = layer64(3, 8, seed)
+    B = 2
+    u = torch.randn(B, L, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    reset = torch.zeros(B, L, dtype=torch.bool)
+    for r in resets:
+        reset[0, r % L] = True
+    reset[1, L // 2] = True
+    s0 = random_state(B, layer, seed + 1).requires_grad_(True)
+    y, final, states = layer(u, s0, reset, all_states=k)
+    y_ref, states_ref = recurrent(layer, u.detach(), s0.detach(), reset)
+    assert states.shape == (B, -(-L // k), 3, 4) and not states.requires_grad
+    torch.testing.assert_close(states, states_ref[:, ::k], atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(y, y_ref, atol=1e-8, rtol=1e-8)
