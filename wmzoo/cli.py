@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -96,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # MKL's buffer cache keeps every per-step weight gradient of a long recurrent backward pass
+    # alive (measured: RSSM paper, T = 200, 2 threads: 6.98 GB peak with it, 0.97 GB without).
+    # It is read when MKL first allocates, so it must be set before any torch work.
+    os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args) or 0
