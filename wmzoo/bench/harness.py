@@ -169,7 +169,21 @@ def run_bench(
             iters=iters, device=str(dev), threads=torch.get_num_threads(),
         ))
         del wm, data, step
+        _release_memory()
     return records
+
+
+def _release_memory() -> None:
+    """Return freed heap to the OS between backbones, so one backbone's peak does not count
+    against the next one's (glibc keeps freed arenas otherwise)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _train_step(wm, data: Batch):
