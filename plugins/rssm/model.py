@@ -47,10 +47,10 @@ from wmzoo.interfaces import (
     index_state,
     reset_state,
 )
-from wmzoo.nn import LatentWorldModel, LatentWorldModelSpec, NormedLinear, OneHotCategoricalST
-from wmzoo.nn.cnn import recon_loss
+from wmzoo.nn import LatentWorldModel, LatentWorldModelSpec, NormedLinear
 from wmzoo.nn.heads import encode_action, start_conts
-from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
+from wmzoo.nn.latent import CategoricalLatent, KLSpec, sample_latent
+from wmzoo.nn.world_model import latent_objective
 from wmzoo.specs import OptimSpec
 
 # --------------------------------------------------------------------------- spec
@@ -246,34 +246,14 @@ class RSSMWorldModel(LatentWorldModel):
         )
         feat = self.features(post)
 
-        image = recon_loss(self.decoder(feat), batch.obs)
-        reward, cont, head_metrics = self.heads.loss(feat, batch)
-        kl = kl_loss(post["logits"], prior["logits"], spec.kl)
-        total = (
-            spec.recon_scale * image
-            + spec.reward_scale * reward
-            + spec.cont_scale * cont
-            + kl.loss.mean()
+        total, metrics = latent_objective(
+            spec, self.decoder, self.heads, feat, post["logits"], prior["logits"], batch
         )
-
-        with torch.no_grad():
-            metrics = {
-                "model": total.detach(),
-                "recon": image,
-                "reward": reward,
-                "cont": cont,
-                "kl_loss": kl.loss.mean(),
-                "kl": kl.dyn.mean(),
-                "kl_rep": kl.rep.mean(),
-                "post_entropy": OneHotCategoricalST(post["logits"]).entropy().sum(-1).mean(),
-                "prior_entropy": OneHotCategoricalST(prior["logits"]).entropy().sum(-1).mean(),
-                **head_metrics,
-            }
         last = index_state(post, (slice(None), -1))
         starts = slice(None, None, spec.start_stride)
         return TrainOutput(
             losses={"model": total},
-            metrics=dict(zip(metrics, torch.stack(list(metrics.values())).tolist())),
+            metrics=metrics,
             # starts at steps 0, k, 2k, … (k = start_stride), as TSSM-XL's and S4WM's
             start=flatten_state(detach_state(index_state(post, (slice(None), starts)))),
             start_cont=start_conts(batch)[:, starts].reshape(-1),

@@ -51,10 +51,11 @@ from wmzoo.interfaces import (
     index_state,
     reset_state,
 )
-from wmzoo.nn import MLP, LatentWorldModelSpec, OneHotCategoricalST
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
-from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
-from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
+from wmzoo.nn import MLP, LatentWorldModelSpec
+from wmzoo.nn.cnn import ConvDecoder, ConvEncoder
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
+from wmzoo.nn.latent import CategoricalLatent, KLSpec, sample_latent
+from wmzoo.nn.world_model import latent_objective
 from wmzoo.specs import OptimSpec
 
 from .s4 import S4Blocks
@@ -223,29 +224,13 @@ class S4WMWorldModel(WorldModel):
         post, prior_logits, last, every = self.sequence(batch, carry, all_states=spec.start_stride)
         feat = self.features(post)
 
-        image = recon_loss(self.decoder(feat), batch.obs)
-        reward, cont, head_metrics = self.heads.loss(feat, batch)
-        kl = kl_loss(post["logits"], prior_logits, spec.kl)
-        has_prior = ~batch.is_first  # eq. 7: q(z_0 | x_0) = p(z_0 | x_0), no KL at episode starts
-        kl_term = masked_mean(kl.loss, has_prior)
-        total = spec.recon_scale * image + spec.reward_scale * reward + spec.cont_scale * cont + kl_term
-
-        with torch.no_grad():
-            metrics = {
-                "model": total.detach(),
-                "recon": image,
-                "reward": reward,
-                "cont": cont,
-                "kl_loss": kl_term,
-                "kl": masked_mean(kl.dyn, has_prior),
-                "kl_rep": masked_mean(kl.rep, has_prior),
-                "post_entropy": OneHotCategoricalST(post["logits"]).entropy().sum(-1).mean(),
-                "prior_entropy": OneHotCategoricalST(prior_logits).entropy().sum(-1).mean(),
-                **head_metrics,
-            }
+        total, metrics = latent_objective(
+            # eq. 7: q(z_0 | x_0) = p(z_0 | x_0), so no KL at episode starts
+            spec, self.decoder, self.heads, feat, post["logits"], prior_logits, batch, kl_mask=~batch.is_first,
+        )
         return TrainOutput(
             losses={"model": total},
-            metrics=dict(zip(metrics, torch.stack(list(metrics.values())).tolist())),
+            metrics=metrics,
             # starts at steps 0, k, 2k, … (k = start_stride), as TSSM-XL's and RSSM's
             start=flatten_state(detach_state({**index_state(post, (slice(None), starts)), **every})),
             start_cont=start_conts(batch)[:, starts].reshape(-1),

@@ -47,10 +47,10 @@ from wmzoo.interfaces import (
     flatten_state,
     reset_state,
 )
-from wmzoo.nn import MLP, LatentWorldModel, LatentWorldModelSpec, OneHotCategoricalST
-from wmzoo.nn.cnn import recon_loss
+from wmzoo.nn import MLP, LatentWorldModel, LatentWorldModelSpec
 from wmzoo.nn.heads import encode_action, start_conts
-from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
+from wmzoo.nn.latent import CategoricalLatent, KLSpec, sample_latent
+from wmzoo.nn.world_model import latent_objective
 from wmzoo.specs import OptimSpec
 
 from .transformer_xl import TransformerXL, XLOutput
@@ -228,29 +228,14 @@ class TSSMXLWorldModel(LatentWorldModel):
         )
         feat = self.features(post)
 
-        image = recon_loss(self.decoder(feat), batch.obs)
-        reward, cont, head_metrics = self.heads.loss(feat, batch)
-        kl = kl_loss(post["logits"], prior_logits, spec.kl)
-        total = spec.recon_scale * image + spec.reward_scale * reward + spec.cont_scale * cont + kl.loss.mean()
-
-        with torch.no_grad():
-            metrics = {
-                "model": total.detach(),
-                "recon": image,
-                "reward": reward,
-                "cont": cont,
-                "kl_loss": kl.loss.mean(),
-                "kl": kl.dyn.mean(),
-                "kl_rep": kl.rep.mean(),
-                "post_entropy": OneHotCategoricalST(post["logits"]).entropy().sum(-1).mean(),
-                "prior_entropy": OneHotCategoricalST(prior_logits).entropy().sum(-1).mean(),
-                **head_metrics,
-            }
+        total, metrics = latent_objective(
+            spec, self.decoder, self.heads, feat, post["logits"], prior_logits, batch
+        )
         steps = torch.arange(0, batch.shape[1], spec.start_stride, device=feat.device)
         start = detach_state(self.dynamics.states_at(post, xl, steps))
         return TrainOutput(
             losses={"model": total},
-            metrics=dict(zip(metrics, torch.stack(list(metrics.values())).tolist())),
+            metrics=metrics,
             start=flatten_state(start),
             start_cont=start_conts(batch)[:, steps].reshape(-1),
             carry=detach_state(self.dynamics.last_state(post, xl)),

@@ -11,7 +11,7 @@ from wmzoo.nn.distributions import (
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
 from wmzoo.nn.specs import LatentWorldModelSpec
-from wmzoo.nn.world_model import LatentWorldModel
+from wmzoo.nn.world_model import LatentWorldModel, latent_objective
 
 __all__ = [
     "MLP",
@@ -25,6 +25,7 @@ __all__ = [
     "OneHotCategoricalST",
     "TwoHot",
     "kl_loss",
+    "latent_objective",
     "recon_loss",
     "sample_latent",
     "symexp",

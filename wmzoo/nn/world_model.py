@@ -16,9 +16,11 @@ from abc import abstractmethod
 import torch
 from torch import Tensor, nn
 
-from wmzoo.interfaces import Dynamics, EnvInfo, State, Step, WorldModel
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder
-from wmzoo.nn.heads import RewardContinueHeads, encode_action
+from wmzoo.interfaces import Batch, Dynamics, EnvInfo, State, Step, WorldModel
+from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
+from wmzoo.nn.distributions import OneHotCategoricalST
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean
+from wmzoo.nn.latent import kl_loss
 from wmzoo.nn.specs import LatentWorldModelSpec
 from wmzoo.specs import OptimSpec
 
@@ -79,3 +81,44 @@ class LatentWorldModel(WorldModel):
         feat = self.features(prior)
         reward, cont = self.heads.predict(feat)
         return Step(state=prior, reward=reward, cont=cont, features=feat)
+
+
+def latent_objective(
+    spec: LatentWorldModelSpec,
+    decoder: nn.Module,
+    heads: RewardContinueHeads,
+    feat: Tensor,
+    post_logits: Tensor,
+    prior_logits: Tensor,
+    batch: Batch,
+    kl_mask: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """The ELBO-style loss every latent-state backbone here trains (DreamerV3 eq. 4–5, s4wm eq. 7–9):
+    ``recon + reward + cont + KL`` with the spec's scales, and its metrics as floats.
+
+    ``feat`` ``[B, T, F]`` are the posterior features; ``kl_mask`` ``[B, T]`` keeps only the steps
+    whose KL counts (S4WM skips episode starts); without it every step counts.
+    """
+    image = recon_loss(decoder(feat), batch.obs)
+    reward, cont, head_metrics = heads.loss(feat, batch)
+    kl = kl_loss(post_logits, prior_logits, spec.kl)
+
+    def reduce(x: Tensor) -> Tensor:
+        return x.mean() if kl_mask is None else masked_mean(x, kl_mask)
+
+    kl_term = reduce(kl.loss)
+    total = spec.recon_scale * image + spec.reward_scale * reward + spec.cont_scale * cont + kl_term
+    with torch.no_grad():
+        metrics = {
+            "model": total.detach(),
+            "recon": image,
+            "reward": reward,
+            "cont": cont,
+            "kl_loss": kl_term,
+            "kl": reduce(kl.dyn),
+            "kl_rep": reduce(kl.rep),
+            "post_entropy": OneHotCategoricalST(post_logits).entropy().sum(-1).mean(),
+            "prior_entropy": OneHotCategoricalST(prior_logits).entropy().sum(-1).mean(),
+            **head_metrics,
+        }
+    return total, dict(zip(metrics, torch.stack(list(metrics.values())).tolist()))
