@@ -82,6 +82,11 @@ class EnvInfo:
     num_actions: int  # discrete actions; for continuous control the action dimension
     discrete: bool = True
 
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> EnvInfo:
+        """From ``dataclasses.asdict`` output read back from JSON (lists become the shape tuple)."""
+        return cls(**{**fields, "obs_shape": tuple(fields["obs_shape"])})
+
     @property
     def action_shape(self) -> tuple[int, ...]:
         return () if self.discrete else (self.num_actions,)

@@ -19,7 +19,7 @@ from wmzoo.bench.harness import synthetic_batch
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import EnvInfo, State, TrainOutput, WorldModel
 from wmzoo.registry import default_registry, world_model_spec
-from wmzoo.train.optim import Optimizer
+from wmzoo.train.optim import step_components, world_model_optimizers
 
 CHECK_ENV = EnvInfo(name="check-32x32", obs_shape=(3, 32, 32), num_actions=4)
 
@@ -55,15 +55,10 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
         assert all(not v.requires_grad for v in out.carry.values()), "carry must be detached"
 
     # a few optimiser steps on one batch reduce the loss
-    opts = [Optimizer(params, spec) for params, spec in components.values()]
+    optimizers = world_model_optimizers(components)
     first = float(sum(out.losses.values()).detach())
     for _ in range(8):
-        out = wm.loss(data)
-        for opt in opts:
-            opt.zero_grad()
-        sum(out.losses.values()).backward()
-        for opt in opts:
-            opt.step()
+        step_components(optimizers, wm.loss(data).losses)
     with torch.no_grad():
         last = float(sum(wm.loss(data).losses.values()))
     assert last < first, f"8 optimiser steps on one batch did not reduce the loss ({first:.3f} -> {last:.3f})"

@@ -25,7 +25,7 @@ from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.registry import default_registry, env_info, make_env, world_model_spec
-from wmzoo.train.optim import Optimizer
+from wmzoo.train.optim import step_components, world_model_optimizers
 
 Mode = Literal["train", "imagine"]
 SYNTHETIC_ENV = EnvInfo(name="synthetic-64x64", obs_shape=(3, 64, 64), num_actions=6)
@@ -187,18 +187,14 @@ def _release_memory() -> None:
 
 
 def _train_step(wm, data: Batch):
-    opts = [Optimizer(params, spec) for params, spec in wm.components().values()]
+    optimizers = world_model_optimizers(wm.components())
     wm.train()
     carry = None
 
     def step() -> None:
         nonlocal carry
         out = wm.loss(data, carry)
-        for opt in opts:
-            opt.zero_grad()
-        sum(out.losses.values()).backward()
-        for opt in opts:
-            opt.step()
+        step_components(optimizers, out.losses)
         carry = out.carry
 
     return step

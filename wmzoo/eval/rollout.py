@@ -20,8 +20,7 @@ def load_agent(checkpoint: str | Path) -> Agent:
     """Rebuild the agent of a checkpoint (spec, env shapes, weights) without pickle."""
     tree = load_checkpoint(checkpoint)
     run = RunSpec.model_validate(tree["run"])
-    env = tree["env"]
-    info = EnvInfo(**{**env, "obs_shape": tuple(env["obs_shape"])})
+    info = EnvInfo.from_dict(tree["env"])
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
     agent.load_state_tree(tree)

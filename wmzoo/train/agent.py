@@ -16,7 +16,7 @@ from wmzoo.imagination import imagine
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
 from wmzoo.registry import default_registry
 from wmzoo.specs import RunSpec, validate
-from wmzoo.train.optim import Optimizer
+from wmzoo.train.optim import step_components, world_model_optimizers
 
 
 class Agent(nn.Module):
@@ -31,10 +31,7 @@ class Agent(nn.Module):
         self.policy = policy.build(
             validate(policy.spec, run.policy, "policy"), self.world_model.feature_shape, env
         )
-        self.optimizers = {
-            name: Optimizer(params, spec)
-            for name, (params, spec) in self.world_model.components().items()
-        }
+        self.optimizers = world_model_optimizers(self.world_model.components())
         self.device = torch.device(run.train.device)
         self.to(self.device)
         self._acting: dict[str, Any] | None = None
@@ -44,11 +41,8 @@ class Agent(nn.Module):
         """One update of every world-model component (one shared backward pass)."""
         self.world_model.train()
         out = self.world_model.loss(batch.to(self.device), carry)
-        for opt in self.optimizers.values():
-            opt.zero_grad()
-        sum(out.losses.values()).backward()  # type: ignore[union-attr]
-        for name, opt in self.optimizers.items():
-            out.metrics[f"{name}/grad_norm"] = opt.step()
+        for name, norm in step_components(self.optimizers, out.losses).items():
+            out.metrics[f"{name}/grad_norm"] = norm
             out.metrics[f"{name}/loss"] = float(out.losses[name].detach())
         return out
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from wmzoo.data import Replay
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import Batch, EnvInfo, State
+from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, reset_state
 from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
@@ -103,16 +103,14 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     collector = Collector(envs, agent, replay, seed=run.seed + 1000 * progress.episodes)
     logger = Logger(logdir)
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
-    stream = replay.stream(B, L) if agent.world_model.stateful_training else None
-    carry: State | None = None
+    batches = WorldModelBatches(agent, replay)
     start, next_log = time.time(), progress.env_steps + T.log_every
     next_ckpt = progress.env_steps + T.checkpoint_every
     bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="step", desc="wmzoo run")
 
     def checkpoint() -> Path:
         replay.flush()
-        tree = {"run": run.model_dump(), "env": asdict(info), "progress": asdict(progress), **agent.state_tree()}
-        return save_checkpoint(logdir / CHECKPOINT, tree)
+        return save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
 
     with _interrupt_guard(checkpoint, progress):
         while progress.env_steps < T.steps:
@@ -126,14 +124,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 progress.credit += len(envs) * T.train_ratio / (B * L)
             while progress.credit >= 1:
                 progress.credit -= 1
-                if stream is not None:
-                    batch = next(stream)
-                    if carry is not None:  # rows re-assigned to a new episode start afresh
-                        carry = _reset_rows(agent, carry, batch)
-                else:
-                    batch = replay.sample(B, L)
-                out = agent.train_world_model(batch, carry)
-                carry = out.carry
+                out = batches.update()
                 logger.add(out.metrics)
                 progress.updates += 1
                 if progress.updates % T.policy_every == 0:
@@ -167,23 +158,15 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
     agent = Agent(run, info)
     _write_run_spec(logdir, run)
     logger = Logger(logdir)
-    B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
-    stream = replay.stream(B, L) if agent.world_model.stateful_training else None
-    carry = None
+    batches = WorldModelBatches(agent, replay)
     progress = Progress()
     for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
-        batch = next(stream) if stream is not None else replay.sample(B, L)
-        if carry is not None:
-            carry = _reset_rows(agent, carry, batch)
-        out = agent.train_world_model(batch, carry)
-        carry = out.carry
         progress.updates += 1
-        logger.add(out.metrics)
+        logger.add(batches.update().metrics)
         if progress.updates % run.train.log_every == 0:
             logger.write(progress.updates)
     logger.write(progress.updates)
-    tree = {"run": run.model_dump(), "env": asdict(info), "progress": asdict(progress), **agent.state_tree()}
-    path = save_checkpoint(logdir / CHECKPOINT, tree)
+    path = save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
     record_imagination(agent, replay, logdir, logger, progress.updates)
     logger.close()
     return path
@@ -225,20 +208,38 @@ def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logge
     logger.image("imagination", strip(real, model, context), step)
 
 
-def _reset_rows(agent: Agent, carry: State, batch: Batch) -> State:
-    """Zero the carried state of rows whose stream was re-assigned (their first row is_first)."""
-    from wmzoo.interfaces import reset_state
+class WorldModelBatches:
+    """World-model updates on replayed batches: uniform segments, or, when the world model trains
+    statefully (TBTT), consecutive segments per row with the carried state fed back and zeroed
+    for rows whose stream was re-assigned to a new episode (their first row is_first)."""
 
-    fresh = agent.world_model.initial_state(batch.shape[0])
-    return reset_state(carry, fresh, batch.is_first[:, 0].to(next(iter(carry.values())).device))
+    def __init__(self, agent: Agent, replay: Replay) -> None:
+        spec = agent.world_model.spec
+        self.agent, self.replay, self.size = agent, replay, (spec.batch_size, spec.seq_len)
+        self.stream = replay.stream(*self.size) if agent.world_model.stateful_training else None
+        self.carry: State | None = None
+
+    def update(self) -> TrainOutput:
+        batch = next(self.stream) if self.stream is not None else self.replay.sample(*self.size)
+        if self.carry is not None:
+            fresh = self.agent.world_model.initial_state(batch.shape[0])
+            device = next(iter(self.carry.values())).device
+            self.carry = reset_state(self.carry, fresh, batch.is_first[:, 0].to(device))
+        out = self.agent.train_world_model(batch, self.carry)
+        self.carry = out.carry
+        return out
+
+
+def _checkpoint_tree(agent: Agent, progress: Progress) -> dict[str, Any]:
+    return {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": asdict(progress),
+            **agent.state_tree()}
 
 
 def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
     """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
     meta = data / ENV_INFO
     if meta.is_file():
-        fields = json.loads(meta.read_text())
-        return EnvInfo(**{**fields, "obs_shape": tuple(fields["obs_shape"])})
+        return EnvInfo.from_dict(json.loads(meta.read_text()))
     env = make_env(run.env, size=run.train.image_size)
     try:
         return env_info(env, run.env)

@@ -47,3 +47,17 @@ class Optimizer:
     def load_state_dict(self, state: dict) -> None:
         self.opt.load_state_dict(state["opt"])
         self.updates = int(state["updates"])
+
+
+def world_model_optimizers(components: dict[str, tuple[list[nn.Parameter], OptimSpec]]) -> dict[str, Optimizer]:
+    """One :class:`Optimizer` per component of ``WorldModel.components()``."""
+    return {name: Optimizer(params, spec) for name, (params, spec) in components.items()}
+
+
+def step_components(optimizers: dict[str, Optimizer], losses: dict[str, Tensor]) -> dict[str, float]:
+    """One update of every component: a shared backward pass over the summed losses, then each
+    component's clipped step. Returns each component's gradient norm."""
+    for opt in optimizers.values():
+        opt.zero_grad()
+    sum(losses.values()).backward()  # type: ignore[union-attr]
+    return {name: opt.step() for name, opt in optimizers.items()}
