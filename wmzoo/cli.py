@@ -172,6 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from wmzoo.eval.rollout import evaluate, load_agent
+    from wmzoo.train.checkpoint import write_text_atomic
 
     if args.episodes < 1 or args.max_steps < 1:
         raise WmzooError("--episodes and --max-steps must be at least 1")
@@ -184,7 +185,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json_path:
         payload = {"checkpoint": str(args.checkpoint), "env": agent.run.env, "mean_return": mean,
                    "episodes": [r.__dict__ for r in results]}
-        _write_text(Path(args.json_path), json.dumps(payload, indent=2))
+        write_text_atomic(args.json_path, json.dumps(payload, indent=2))
     return 0
 
 
@@ -244,13 +245,6 @@ def cmd_spec(args: argparse.Namespace) -> int:
     for line in field_help(TrainSpec, "train."):
         print(f"#   {line}")
     return 0
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 COMMANDS = {

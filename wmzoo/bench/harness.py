@@ -25,6 +25,7 @@ from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.registry import default_registry, env_info, make_env, world_model_spec
+from wmzoo.train.checkpoint import write_text_atomic
 from wmzoo.train.optim import step_components, world_model_optimizers
 
 Mode = Literal["train", "imagine"]
@@ -233,9 +234,4 @@ def format_table(records: list[BenchRecord]) -> str:
 
 
 def write_json(path: str | Path, records: list[BenchRecord]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps([asdict(r) for r in records], indent=2))
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, json.dumps([asdict(r) for r in records], indent=2))

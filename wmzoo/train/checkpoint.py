@@ -62,6 +62,16 @@ def save_checkpoint(path: str | Path, tree: dict[str, Any]) -> Path:
     return path
 
 
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint`; corrupt files raise WmzooError."""
     path = Path(path)

@@ -31,7 +31,7 @@ from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, reset_state
 from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
-from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint, write_text_atomic
 from wmzoo.train.logger import Logger, strip, write_rollout
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -248,10 +248,7 @@ def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
 
 
 def write_env_info(directory: Path, info: EnvInfo) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{ENV_INFO}.tmp"
-    tmp.write_text(json.dumps(asdict(info)))
-    tmp.replace(directory / ENV_INFO)
+    write_text_atomic(directory / ENV_INFO, json.dumps(asdict(info)))
 
 
 def _write_run_spec(logdir: Path, run: RunSpec) -> None:
@@ -260,10 +257,7 @@ def _write_run_spec(logdir: Path, run: RunSpec) -> None:
         raise WmzooError(
             f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
         )
-    path = logdir / "run.yaml"
-    tmp = logdir / ".run.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
-    tmp.replace(path)
+    write_text_atomic(logdir / "run.yaml", yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
 
 
 def _restore(agent: Agent, logdir: Path) -> Progress:
