@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from wmzoo.errors import WmzooError
 
@@ -26,13 +26,27 @@ class Spec(BaseModel):
 
 
 class OptimSpec(Spec):
-    """AdamW with global-norm gradient clipping and optional linear warm-up."""
+    """AdamW with global-norm gradient clipping, optional linear warm-up, then a constant or a
+    cosine-annealed learning rate (see :func:`wmzoo.train.optim.learning_rate`)."""
 
     lr: float = Field(1e-4, gt=0, le=1, description="learning rate")
     eps: float = Field(1e-8, gt=0, le=1, description="Adam epsilon")
     weight_decay: float = Field(0.0, ge=0, le=1, description="decoupled weight decay")
     clip: float = Field(1000.0, gt=0, description="global gradient-norm clip")
     warmup: int = Field(0, ge=0, description="linear learning-rate warm-up, in updates")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="after warm-up: constant, or cosine annealing over decay_steps"
+    )
+    decay_steps: int = Field(
+        0, ge=0, description="cosine: updates after warm-up until the rate reaches min_lr_ratio·lr"
+    )
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: final rate as a fraction of lr")
+
+    @model_validator(mode="after")
+    def _cosine_needs_a_length(self) -> OptimSpec:
+        if self.schedule == "cosine" and self.decay_steps < 1:
+            raise ValueError("schedule 'cosine' needs decay_steps >= 1 (updates to anneal over)")
+        return self
 
 
 class WorldModelSpec(Spec):

@@ -88,6 +88,15 @@ class S4DLayer(nn.Module):
         self.C = nn.Parameter(torch.view_as_real(torch.randn(H, M, dtype=torch.cfloat)).clone())
         self.D = nn.Parameter(torch.randn(H))
 
+    SSM_PARAMETERS = ("log_dt", "log_neg_re", "imag", "B")
+    """Δ, Λ and B: the parameters S4 trains at a reduced rate without weight decay."""
+
+    def set_ssm_optim(self, lr_scale: float) -> None:
+        """Train Δ, Λ and B at ``lr_scale`` times the model's rate, without weight decay (S4's
+        ``register(..., lr)`` convention; lr ×0.1 on Λ/P/B in the S4WM JAX port)."""
+        for name in self.SSM_PARAMETERS:
+            getattr(self, name)._optim = {"lr_scale": lr_scale, "weight_decay": 0.0}
+
     # -- discretisation -----------------------------------------------------------------------
     def discrete(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(dtΛ, Ā, B̄)``, each ``[H, N/2]`` complex (ZOH)."""

@@ -16,7 +16,6 @@ Module order: spec → policy → presets → plugin hook.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
 from typing import Annotated
 
 import torch
@@ -30,6 +29,7 @@ from wmzoo.hookspecs import PolicyEntry, hookimpl
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.nn import MLP, TwoHot, unimix_logits
 from wmzoo.specs import OptimSpec, PolicySpec
+from wmzoo.train.optim import adamw, set_learning_rate
 
 Percentile = Annotated[float, Field(ge=0, le=100)]
 
@@ -112,8 +112,8 @@ class DreamerPolicy(Policy):
         self.return_norm = PercentileNormalizer(spec.return_norm_decay, spec.return_norm_percentiles)
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
         self._optimizers = {
-            "actor": _adamw(self.actor.parameters(), spec.actor_optim),
-            "critic": _adamw(self.critic.parameters(), spec.critic_optim),
+            "actor": adamw(self.actor.parameters(), spec.actor_optim),
+            "critic": adamw(self.critic.parameters(), spec.critic_optim),
         }
 
     def dist(self, features: Tensor) -> Distribution:
@@ -203,18 +203,13 @@ class DreamerPolicy(Policy):
         return self._optimizers
 
 
-def _adamw(params: Iterable[nn.Parameter], spec: OptimSpec) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=spec.lr, eps=spec.eps, weight_decay=spec.weight_decay)
-
-
 def _step(optimizer: torch.optim.Optimizer, loss: Tensor, spec: OptimSpec, step: int) -> float:
-    """Backward, global-norm clip, linear warm-up of the learning rate, AdamW step; the grad norm."""
+    """Backward, global-norm clip, the learning-rate schedule, AdamW step; the grad norm."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in optimizer.param_groups for p in group["params"]]
     norm = nn.utils.clip_grad_norm_(params, spec.clip)
-    for group in optimizer.param_groups:
-        group["lr"] = spec.lr * min(1.0, (step + 1) / spec.warmup) if spec.warmup else spec.lr
+    set_learning_rate(optimizer, spec, step)
     optimizer.step()
     return norm.item()
 

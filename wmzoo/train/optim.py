@@ -1,7 +1,9 @@
-"""Optimizers from :class:`~wmzoo.specs.OptimSpec`: AdamW, linear warm-up, global-norm clipping."""
+"""Optimizers from :class:`~wmzoo.specs.OptimSpec`: AdamW with per-parameter groups, linear
+warm-up then a constant or cosine rate, global-norm clipping."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -10,8 +12,51 @@ from torch import Tensor, nn
 from wmzoo.specs import OptimSpec
 
 
+def learning_rate(spec: OptimSpec, update: int) -> float:
+    """The rate for the 0-based ``update``: linear warm-up to ``spec.lr`` over ``spec.warmup``
+    updates, then constant, or cosine annealing to ``spec.min_lr_ratio · lr`` over
+    ``spec.decay_steps`` updates (held there afterwards)."""
+    if update < spec.warmup:
+        return spec.lr * (update + 1) / spec.warmup
+    if spec.schedule == "constant":
+        return spec.lr
+    progress = min(1.0, (update - spec.warmup) / spec.decay_steps)
+    floor = spec.min_lr_ratio
+    return spec.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def adamw(params: Iterable[nn.Parameter], spec: OptimSpec) -> torch.optim.AdamW:
+    """AdamW over ``params`` with one group per distinct ``param._optim`` setting.
+
+    A module may mark a parameter with ``param._optim = {"lr_scale": s, "weight_decay": w}``
+    (the S4 codebase's convention for its SSM parameters); unmarked parameters use ``spec``.
+    Each group keeps its ``lr_scale`` so :func:`set_learning_rate` can follow the schedule.
+    """
+    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
+    for p in params:
+        if p.requires_grad:
+            opts = getattr(p, "_optim", {})
+            key = (float(opts.get("lr_scale", 1.0)), float(opts.get("weight_decay", spec.weight_decay)))
+            groups.setdefault(key, []).append(p)
+    return torch.optim.AdamW(
+        [
+            {"params": ps, "lr_scale": scale, "weight_decay": wd, "lr": spec.lr * scale}
+            for (scale, wd), ps in groups.items()
+        ],
+        lr=spec.lr, eps=spec.eps, weight_decay=spec.weight_decay,
+    )
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, spec: OptimSpec, update: int) -> None:
+    """Set every group's rate to :func:`learning_rate` times the group's ``lr_scale``."""
+    lr = learning_rate(spec, update)
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
 class Optimizer:
-    """An AdamW optimizer that knows its spec: ``step(loss)`` does warm-up, clipping and the step.
+    """An AdamW optimizer that knows its spec: ``step(loss)`` does the schedule, clipping and
+    the step.
 
     ``loss`` may be None when gradients were already computed by a shared backward pass.
     """
@@ -19,9 +64,7 @@ class Optimizer:
     def __init__(self, params: Iterable[nn.Parameter], spec: OptimSpec) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.spec = spec
-        self.opt = torch.optim.AdamW(
-            self.params, lr=spec.lr, eps=spec.eps, weight_decay=spec.weight_decay
-        )
+        self.opt = adamw(self.params, spec)
         self.updates = 0
 
     def zero_grad(self) -> None:
@@ -32,10 +75,7 @@ class Optimizer:
         if loss is not None:
             self.zero_grad()
             loss.backward()
-        if self.spec.warmup:
-            scale = min(1.0, (self.updates + 1) / self.spec.warmup)
-            for group in self.opt.param_groups:
-                group["lr"] = self.spec.lr * scale
+        set_learning_rate(self.opt, self.spec, self.updates)
         norm = nn.utils.clip_grad_norm_(self.params, self.spec.clip)
         self.opt.step()
         self.updates += 1

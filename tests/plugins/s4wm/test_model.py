@@ -284,3 +284,18 @@ def test_start_stride_takes_every_kth_start(overrides: dict, k: int) -> None:
 def test_paper_presets_stride_starts() -> None:
     assert all(PRESETS[name].start_stride == 8 for name in ("paper", "paper-2d", "no-mlp", "full-posterior"))
     assert all(PRESETS[name].start_stride == 1 for name in ("tiny", "small"))
+
+
+def test_s4_parameters_train_slower_without_weight_decay() -> None:
+    """S4's convention: Δ, Λ and B at ssm_lr_scale × lr, no weight decay; everything else as spec."""
+    from wmzoo.train.optim import world_model_optimizers
+
+    wm = S4WMWorldModel(PRESETS["tiny"].model_copy(update={"ssm_lr_scale": 0.25}), env_info())
+    (opt,) = world_model_optimizers(wm.components()).values()
+    groups = {g["lr_scale"]: g for g in opt.opt.param_groups}
+    assert set(groups) == {1.0, 0.25}
+    marked = {id(p) for p in groups[0.25]["params"]}
+    ssm = [(n, p) for n, p in wm.named_parameters() if n.rsplit(".", 1)[-1] in ("log_dt", "log_neg_re", "imag", "B")]
+    assert ssm and all(id(p) in marked for _, p in ssm)
+    assert len(marked) == len(ssm)  # C, D and every other weight stay in the main group
+    assert groups[0.25]["weight_decay"] == 0.0 and groups[1.0]["weight_decay"] == wm.spec.optim.weight_decay
