@@ -29,3 +29,23 @@ def test_bench_writes_json_records(tmp_path, capsys, mode):
 
 def test_parse_backbones():
     assert parse_backbones("rssm:paper, s4wm", "tiny") == [("rssm:paper", "rssm", "paper"), ("s4wm", "s4wm", "tiny")]
+
+
+def test_stateful_backbones_train_long_sequences_in_segments():
+    """TBTT: a sequence longer than the spec's seq_len goes through in carried segments, one update each."""
+    from wmzoo.bench.harness import SYNTHETIC_ENV, train_segments
+    from wmzoo.registry import create_world_model
+
+    tbtt = create_world_model("rssm", SYNTHETIC_ENV, "tiny", {"tbtt": True, "seq_len": 16})
+    assert train_segments(tbtt, 40) == [(0, 16), (16, 32), (32, 40)]
+    assert train_segments(tbtt, 16) == [(0, 16)]
+    whole = create_world_model("rssm", SYNTHETIC_ENV, "tiny", {"tbtt": False, "seq_len": 16})
+    assert train_segments(whole, 40) == [(0, 40)]
+
+
+def test_bench_reports_the_segment_length(tmp_path):
+    path = tmp_path / "bench.json"
+    assert main(["bench", "--backbones", "tssm-xl:tiny", "--mode", "train", "--batch", "1",
+                 "--seq-len", "40", "--iters", "1", "--warmup", "0", "--json", str(path)]) == 0
+    (record,) = json.loads(path.read_text())
+    assert record["segment"] == 16 and record["seq_len"] == 40

@@ -5,6 +5,9 @@ backward, optimiser step of every component) or the **imagine** loop (observe a 
 generic imagination engine with a uniformly random policy) of any registered backbone, on
 synthetic data of an environment's shape, after warm-up iterations. Throughput is frames per
 second: ``B·T`` trained frames per train step, ``B·H`` imagined frames per imagination.
+A backbone that trains statefully (``stateful_training``: RSSM with truncated BPTT, TSSM-XL) goes
+through a sequence longer than its spec's ``seq_len`` in consecutive segments of that length, the
+carry passed on and one update per segment, as it trains on long episodes.
 Peak memory is the resident set size sampled every 5 ms while the backbone runs (and, on CUDA,
 ``torch.cuda.max_memory_allocated``).
 """
@@ -49,6 +52,7 @@ class BenchRecord:
     iters: int
     device: str
     threads: int
+    segment: int = 0  # train: steps per update when the backbone trains in segments (TBTT), else T
 
 
 class RssSampler:
@@ -149,6 +153,7 @@ def run_bench(
         params = sum(x.numel() for x in wm.parameters())
         data = synthetic_batch(info, batch, seq_len, dev)
         step = _train_step(wm, data) if mode == "train" else _imagine_step(wm, data, horizon, info, decode)
+        segment = train_segments(wm, seq_len)[0][1] if mode == "train" else 0
         for _ in range(warmup):
             step()
         _sync(dev)
@@ -167,7 +172,7 @@ def run_bench(
             throughput=frames / seconds, seconds_per_iter=seconds,
             peak_rss_mb=round(rss.peak, 1), rss_increase_mb=round(rss.peak - rss.start, 1),
             peak_cuda_mb=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
-            iters=iters, device=str(dev), threads=torch.get_num_threads(),
+            iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=segment,
         ))
         del wm, data, step
         _release_memory()
@@ -187,16 +192,28 @@ def _release_memory() -> None:
         pass
 
 
+def train_segments(wm, seq_len: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` windows one train step covers: the whole sequence at once, or, for a
+    backbone that trains statefully (truncated BPTT, Transformer-XL segments), consecutive segments
+    of its spec's ``seq_len`` with the carry passed on and one update each, as such a backbone
+    trains on a long episode (s4wm paper, figure 3: "RSSM-TBTT is much more memory-efficient")."""
+    if not wm.stateful_training or seq_len <= wm.spec.seq_len:
+        return [(0, seq_len)]
+    size = wm.spec.seq_len
+    return [(start, min(start + size, seq_len)) for start in range(0, seq_len, size)]
+
+
 def _train_step(wm, data: Batch):
     optimizers = world_model_optimizers(wm.components())
     wm.train()
-    carry = None
+    segments = train_segments(wm, data.shape[1])
 
     def step() -> None:
-        nonlocal carry
-        out = wm.loss(data, carry)
-        step_components(optimizers, out.losses)
-        carry = out.carry
+        carry = None
+        for start, stop in segments:
+            out = wm.loss(data.slice(start, stop), carry)
+            step_components(optimizers, out.losses)
+            carry = out.carry
 
     return step
 
@@ -223,12 +240,12 @@ def format_table(records: list[BenchRecord]) -> str:
     if not records:
         return ""
     base = records[0].throughput
-    head = f"{'backbone':<22}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}{'ratio':>8}{'peak RSS MB':>13}"
+    head = f"{'backbone':<22}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}{'ratio':>8}{'peak RSS MB':>13}{'segment':>9}"
     rows = [head]
     for r in records:
         rows.append(
             f"{r.backbone:<22}{r.mode:<9}{r.batch_size:>4}{r.seq_len:>6}{r.horizon:>4}{r.params:>12,}"
-            f"{r.throughput:>12.1f}{r.throughput / base:>8.2f}{r.peak_rss_mb:>13.0f}"
+            f"{r.throughput:>12.1f}{r.throughput / base:>8.2f}{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
         )
     return "\n".join(rows)
 
