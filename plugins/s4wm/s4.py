@@ -102,14 +102,41 @@ class S4DLayer(nn.Module):
         """``(dtΛ, Ā, B̄)``, each ``[H, N/2]`` complex (ZOH)."""
         lam = torch.complex(-torch.exp(self.log_neg_re), self.imag)
         dt_lam = lam * torch.exp(self.log_dt).unsqueeze(-1)
-        A_bar = torch.exp(dt_lam)
+        A_bar = cexp(dt_lam)
         B_bar = (A_bar - 1) / lam * torch.view_as_complex(self.B)
         return dt_lam, A_bar, B_bar
 
-    def vandermonde(self, dt_lam: Tensor, length: int) -> Tensor:
-        """``Ā^l`` for ``l = 0 … length−1``: ``[H, N/2, length]``."""
-        steps = torch.arange(length, device=dt_lam.device, dtype=dt_lam.real.dtype)
-        return torch.exp(dt_lam.unsqueeze(-1) * steps)
+    @staticmethod
+    def powers(dt_lam: Tensor, length: int) -> tuple[Tensor, Tensor]:
+        """``Ā^l`` for ``l = 0 … length−1`` as two factors, ``Ā^{qc+r} = P[..., q] · R[..., r]``:
+        ``P = Ā^{qc}`` ``[H, N/2, Q]`` and ``R = Ā^r`` ``[H, N/2, c]`` with ``c = ⌈√length⌉``,
+        ``Q = ⌈length/c⌉``.
+
+        Sums against the full Vandermonde matrix ``[H, N/2, length]`` then become two small
+        contractions (batched matrix products), so it is never built: at ``length = 1000`` this
+        takes ~c times fewer complex exponentials and none of the matrix's memory, which the
+        parallel form's backward pass would otherwise keep for every layer.
+        """
+        c = max(1, math.ceil(math.sqrt(length)))
+        q = -(-length // c)
+        real = dt_lam.real.dtype
+        R = cexp(dt_lam.unsqueeze(-1) * torch.arange(c, device=dt_lam.device, dtype=real))
+        P = cexp(dt_lam.unsqueeze(-1) * (c * torch.arange(q, device=dt_lam.device, dtype=real)))
+        return P, R
+
+    @staticmethod
+    def weighted_powers(weights: Tensor, P: Tensor, R: Tensor, length: int) -> Tensor:
+        """``Σ_n weights[..., h, n] · Ā_{h,n}^l`` for ``l < length``: ``[..., H, length]`` complex,
+        from :meth:`powers`' factors (``weights`` ``[..., H, N/2]``)."""
+        out = torch.einsum("...hnq,hnr->...hqr", weights.unsqueeze(-1) * P, R)
+        return out.flatten(-2)[..., :length]
+
+    @staticmethod
+    def sum_powers(x: Tensor, P: Tensor, R: Tensor) -> Tensor:
+        """``Σ_l x[..., h, l] · Ā_{h,n}^l``: ``[..., H, N/2]`` complex, for ``x [..., H, length]``."""
+        Q, c = P.shape[-1], R.shape[-1]
+        x = F.pad(x, (0, Q * c - x.shape[-1])).unflatten(-1, (Q, c)).to(R.dtype)
+        return torch.einsum("...hqr,hnr,hnq->...hn", x, R, P)
 
     def initial_state(self, batch_size: int, dtype: torch.dtype | None = None) -> Tensor:
         ref = self.log_dt
@@ -144,8 +171,8 @@ class S4DLayer(nn.Module):
         x = u.transpose(1, 2)  # [B, H, L]
         dt_lam, A_bar, B_bar = self.discrete()
         C = torch.view_as_complex(self.C)
-        V = self.vandermonde(dt_lam, L + 1)  # Ā^0 … Ā^L
-        kernel = 2 * torch.einsum("hn,hnl->hl", C * B_bar, V[..., :L]).real  # K_l = 2Re(C B̄ Ā^l)
+        P, R = self.powers(dt_lam, L)  # Ā^0 … Ā^{L−1}, factored
+        kernel = 2 * self.weighted_powers(C * B_bar, P, R, L).real  # K_l = 2Re(C B̄ Ā^l)
         if state is None:
             state = self.initial_state(Bsz, u.dtype)
         seg, n_seg = _segments(reset, Bsz, L, u.device)
@@ -157,13 +184,13 @@ class S4DLayer(nn.Module):
         ys = _causal_conv(torch.stack([x * m for m in masks]), kernel)
         y = sum(y_s * m for y_s, m in zip(ys, masks)) + self.D.unsqueeze(-1) * x
         # the initial state decays through Ā into the first segment: 2Re(C Ā^{t+1} s_{−1})
-        y = y + 2 * torch.einsum("hn,bhn,hnl->bhl", C, state, V[..., 1:]).real * masks[0]
+        y = y + 2 * self.weighted_powers(C * A_bar * state, P, R, L).real * masks[0]
 
         # s_{L−1} = Σ_{j in last segment} Ā^{L−1−j} B̄ u_j (+ Ā^L s_{−1} if no reset in between)
         last = (seg == seg[:, -1:]).unsqueeze(1).to(x.dtype)  # [B, 1, L]
-        decay = V[..., :L].flip(-1)  # Ā^{L−1−j}
-        final = B_bar * torch.einsum("bhl,hnl->bhn", (x * last).to(V.dtype), decay)
-        final = final + (seg[:, -1] == 0).reshape(-1, 1, 1) * V[..., L] * state
+        final = B_bar * self.sum_powers((x * last).flip(-1), P, R)  # Σ_i u_{L−1−i} Ā^i
+        A_L = cexp(dt_lam * L)
+        final = final + (seg[:, -1] == 0).reshape(-1, 1, 1) * A_L * state
 
         states = None
         if all_states:  # detached: they only start imagination, so no graph is built for them
@@ -191,20 +218,27 @@ class S4DLayer(nn.Module):
         seg_c = segp[..., -1]  # segment of every t_i, [B, S]
         same = (segp == seg_c.unsqueeze(-1)).unsqueeze(1).to(x.dtype)  # [B, 1, S, k]
         r = torch.arange(k - 1, -1, -1, device=x.device, dtype=dt_lam.real.dtype)
-        decay = torch.exp(dt_lam.unsqueeze(-1) * r)  # Ā^{k−1−r}: [H, N/2, k]
+        decay = cexp(dt_lam.unsqueeze(-1) * r)  # Ā^{k−1−r}: [H, N/2, k]
         local = torch.einsum("bhsr,hnr->bhns", (xp * same).to(decay.dtype), decay)
         local = local * B_bar.unsqueeze(-1)  # c_i: [B, H, N/2, S]
 
         i = torch.arange(S, device=x.device, dtype=dt_lam.real.dtype)
-        kernel = torch.exp(dt_lam.unsqueeze(-1) * (k * i))  # (Ā^k)^i: [H, N/2, S]
+        kernel = cexp(dt_lam.unsqueeze(-1) * (k * i))  # (Ā^k)^i: [H, N/2, S]
         k_f = torch.fft.fft(kernel, n=2 * S)
-        states = state.unsqueeze(-1) * torch.exp(dt_lam.unsqueeze(-1) * (k * i + 1))  # Ā^{t_i+1} s_{−1}
+        states = state.unsqueeze(-1) * cexp(dt_lam.unsqueeze(-1) * (k * i + 1))  # Ā^{t_i+1} s_{−1}
         states = states * (seg_c == 0).unsqueeze(1).unsqueeze(1)
         for s in range(int(seg_c.max()) + 1):
             m = (seg_c == s).unsqueeze(1).unsqueeze(1)  # [B, 1, 1, S]
             conv = torch.fft.ifft(torch.fft.fft(local * m, n=2 * S) * k_f, n=2 * S)[..., :S]
             states = states + conv * m
         return states.permute(0, 3, 1, 2)
+
+
+def cexp(z: Tensor) -> Tensor:
+    """``exp(z)`` for complex ``z`` as ``e^{Re z}(cos Im z + i sin Im z)``: the same values, ~3×
+    faster on CPU than ``torch.exp`` on a complex tensor, which is not vectorised there."""
+    magnitude = torch.exp(z.real)
+    return torch.complex(magnitude * torch.cos(z.imag), magnitude * torch.sin(z.imag))
 
 
 def _segments(reset: Tensor | None, batch: int, length: int, device: torch.device) -> tuple[Tensor, int]:
