@@ -28,6 +28,16 @@ def test_variant_preset_falls_back_to_family_for_policy_and_trainer():
     assert run.train.train_ratio == 512  # the trainer's paper preset
 
 
+def test_trainer_variant_preset_atari100k():
+    """100k agent steps (400k frames at frame skip 4); backbone and policy at their paper presets."""
+    run = run_spec("rssm", "atari-pong", "paper-atari100k")
+    paper = run_spec("rssm", "atari-pong", "paper")
+    assert run.train.steps == 100_000 and run.train.envs == 1
+    assert run.model == paper.model and run.policy == paper.policy
+    with pytest.raises(WmzooError, match="unknown preset 'paper-atari10k'"):
+        run_spec("rssm", "atari-pong", "paper-atari10k")
+
+
 def test_nested_optimizer_override_keeps_other_fields():
     run = run_spec("rssm", "minigrid-empty-5x5", "paper", overrides=["model.optim.lr=1e-5"])
     assert run.model["optim"]["lr"] == 1e-5
@@ -41,7 +51,7 @@ def test_nested_optimizer_override_keeps_other_fields():
         ({"overrides": ["model.optim.lr=2"]}, "model.optim.lr: Input should be less than or equal to 1 (got 2"),
         ({"overrides": ["policy.gama=0.9"]}, "policy.gama: unknown field"),
         ({"overrides": ["horizon=5"]}, "did you mean --set policy.horizon=5?"),
-        ({"policy": "dreamr"}, "unknown policy 'dreamr'; did you mean: dreamer?"),
+        ({"policy": "dreamr"}, "unknown policy 'dreamr'; did you mean: dreamer"),
     ],
 )
 def test_errors_name_the_field(kwargs, message):

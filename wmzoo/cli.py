@@ -1,4 +1,4 @@
-"""``wmzoo``: list, run, eval, imagine, bench, spec.
+"""``wmzoo``: list, run, eval, imagine, bench, aggregate, spec, data generate, evaluate.
 
 Every user error (unknown name, bad value, missing optional dependency, corrupt checkpoint,
 interrupted run) prints one line ``wmzoo: error: ...`` and exits with code 2.
@@ -21,7 +21,11 @@ EPILOG = """examples:
   wmzoo eval --checkpoint runs/mem/checkpoint.safetensors --episodes 5
   wmzoo imagine --checkpoint runs/mem/checkpoint.safetensors --out mem.gif
   wmzoo bench --backbones rssm:tiny,rssm:small --mode train --batch 4 --seq-len 64
+  wmzoo bench --mode env --env crafter --envs 2
+  wmzoo aggregate results/*.json --json summary.json
   wmzoo spec --backbone rssm --preset paper
+  wmzoo data generate --env distracting-memory-100 --episodes 10000 --size 40 --out data/dm100
+  wmzoo evaluate --checkpoint runs/dm/checkpoint.safetensors --protocol reward --data data/dm100
 """
 
 
@@ -61,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="returns of a checkpoint's policy in its real environment")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--episodes", type=int, default=5)
-    p.add_argument("--max-steps", type=int, default=10_000, help="cap on steps per episode")
+    p.add_argument("--max-steps", type=int, default=27_000,
+                   help="cap on steps per episode (default: Atari's 108,000 frames at frame skip 4)")
     p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy mode")
     p.add_argument("--seed", type=int, default=10_000)
     p.add_argument("--json", dest="json_path", help="also write the results as JSON here")
@@ -73,26 +78,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon", type=int, default=32, help="imagined frames")
     p.add_argument("--seed", type=int, default=20_000)
 
-    p = sub.add_parser("bench", help="time world-model training or imagination, side by side")
-    p.add_argument("--backbones", required=True, help="NAME[:PRESET],... e.g. rssm:paper,s4wm:paper")
-    p.add_argument("--mode", required=True, choices=("train", "imagine"))
+    p = sub.add_parser("bench", help="time world-model training or imagination, or env stepping, side by side")
+    p.add_argument("--backbones", help="NAME[:PRESET],... e.g. rssm:paper,s4wm:paper (train, imagine)")
+    p.add_argument("--mode", required=True, choices=("train", "imagine", "env"),
+                   help="env: env steps/s of --env under random actions, 1 env vs --envs in-process and in processes")
     p.add_argument("--preset", default="tiny", help="preset for names without :PRESET")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64, help="training length (train) or context (imagine)")
     p.add_argument("--horizon", type=int, default=15, help="imagined steps (imagine)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations")
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
-    p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions)")
+    p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions); "
+                   "the env to time (env)")
+    p.add_argument("--envs", type=int, default=2, help="env: environments stepped together")
+    p.add_argument("--steps", type=int, default=500, help="env: timed steps of every environment")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--decode", action="store_true", help="imagine: also decode every imagined frame")
     p.add_argument("--json", dest="json_path", help="write the records as JSON here")
+
+    p = sub.add_parser("aggregate", help="mean, median, IQM, optimality gap with bootstrap CIs over eval JSON files")
+    p.add_argument("files", nargs="+", metavar="FILE", help="`wmzoo eval --json` files: one run on one env each")
+    p.add_argument("--reps", type=int, default=50_000, help="stratified bootstrap replicates")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--json", dest="json_path", help="also write the table as JSON here")
 
     p = sub.add_parser("spec", help="print a backbone's resolved spec and every field's meaning")
     p.add_argument("--backbone", default="rssm")
     p.add_argument("--policy")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    p = sub.add_parser("data", help="offline datasets: generate train/val/test episodes")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    p = data_sub.add_parser("generate", help="record episodes with the env's scripted (else random) policy")
+    p.add_argument("--env", required=True, help="environment name, e.g. distracting-memory-100")
+    p.add_argument("--episodes", type=int, required=True, help="episodes in all (paper: 10000 2D, 30000 3D)")
+    p.add_argument("--out", required=True, help="dataset folder (re-run the same command to resume)")
+    p.add_argument("--workers", type=int, default=1, help="processes recording episodes")
+    p.add_argument("--size", type=int, default=64, help="image size (paper: 64 for 3D, 40 for 2D)")
+    p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
+    p.add_argument("--split", default="0.8,0.1,0.1", help="train,val,test fractions (default: the paper's)")
+
+    p = sub.add_parser("evaluate", help="the s4wm paper's memory metrics of a checkpoint on a dataset")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--protocol", required=True, choices=("imagination", "recall", "reward", "reasoning", "probing"))
+    p.add_argument("--data", required=True, help="dataset folder of wmzoo data generate")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"))
+    p.add_argument("--episodes", type=int, help="evaluate the first N episodes of the split (default: all)")
+    p.add_argument("--out", help="folder for the JSON (and plot); default: next to the checkpoint")
     return parser
 
 
@@ -171,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from wmzoo.eval.rollout import evaluate, load_agent
+    from wmzoo.eval.rollout import evaluate, load_agent, summarize
     from wmzoo.train.checkpoint import write_text_atomic
 
     if args.episodes < 1 or args.max_steps < 1:
@@ -179,11 +213,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     agent = load_agent(args.checkpoint)
     results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=args.sample)
     for i, r in enumerate(results):
-        print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length})")
-    mean = sum(r.ret for r in results) / len(results)
-    print(f"mean return over {len(results)} episodes: {mean:.3f}")
+        unlocked = "" if r.achievements is None else f", {len(r.achievements)} achievements"
+        print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length}{unlocked})")
+    summary = summarize(agent.run.env, results)
+    print(f"mean return over {len(results)} episodes: {summary['mean_return']:.3f}")
+    if "human_normalized_score" in summary:
+        print(f"human-normalised score: {summary['human_normalized_score']:.3f}")
+    if "crafter_score" in summary:
+        rates = ", ".join(f"{name} {rate:.0f}%" for name, rate in summary["success_rates"].items())
+        print(f"Crafter score: {summary['crafter_score']:.2f}% (success rates: {rates})")
     if args.json_path:
-        payload = {"checkpoint": str(args.checkpoint), "env": agent.run.env, "mean_return": mean,
+        run = agent.run
+        payload = {"checkpoint": str(args.checkpoint), "env": run.env, "backbone": run.backbone,
+                   "preset": run.preset, "seed": run.seed, **summary,
                    "episodes": [r.__dict__ for r in results]}
         write_text_atomic(args.json_path, json.dumps(payload, indent=2))
     return 0
@@ -208,8 +250,18 @@ def cmd_imagine(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from wmzoo.bench.harness import format_table, run_bench, write_json
+    from wmzoo.bench.harness import format_env_table, format_table, run_bench, run_env_bench, write_json
 
+    if args.mode == "env":
+        if not args.env:
+            raise WmzooError("--mode env needs --env NAME (the environment to time)")
+        env_records = run_env_bench(args.env, args.envs, args.steps, warmup=args.warmup)
+        print(format_env_table(env_records))
+        if args.json_path:
+            print(f"wrote {write_json(args.json_path, env_records)}")
+        return 0
+    if not args.backbones:
+        raise WmzooError(f"--mode {args.mode} needs --backbones NAME[:PRESET],...")
     for name in ("batch", "seq_len", "horizon", "iters"):
         if getattr(args, name) < 1:
             raise WmzooError(f"--{name.replace('_', '-')} must be at least 1")
@@ -224,6 +276,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(format_table(records))
     if args.json_path:
         print(f"wrote {write_json(args.json_path, records)}")
+    return 0
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from wmzoo.eval.metrics import aggregate_eval_files, format_aggregate
+    from wmzoo.train.checkpoint import write_text_atomic
+
+    if args.reps < 1:
+        raise WmzooError("--reps must be at least 1")
+    groups = aggregate_eval_files(args.files, reps=args.reps, seed=args.seed)
+    print(format_aggregate(groups))
+    print(f"(95% stratified bootstrap confidence intervals, {args.reps} replicates; Agarwal et al., 2021)")
+    if args.json_path:
+        print(f"wrote {write_text_atomic(args.json_path, json.dumps(groups, indent=2))}")
     return 0
 
 
@@ -247,9 +313,27 @@ def cmd_spec(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from wmzoo.data.generate import generate, parse_split
+
+    generate(args.env, args.episodes, args.out, workers=args.workers, size=args.size,
+             seed=args.seed, split=parse_split(args.split))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from wmzoo.eval.memory import evaluate_memory
+
+    if args.episodes is not None and args.episodes < 1:
+        raise WmzooError("--episodes must be at least 1")
+    out = Path(args.out) if args.out else Path(args.checkpoint).resolve().parent / "evaluate"
+    evaluate_memory(args.checkpoint, args.protocol, args.data, out, split=args.split, episodes=args.episodes)
+    return 0
+
+
 COMMANDS = {
     "list": cmd_list, "run": cmd_run, "eval": cmd_eval, "imagine": cmd_imagine,
-    "bench": cmd_bench, "spec": cmd_spec,
+    "bench": cmd_bench, "spec": cmd_spec, "aggregate": cmd_aggregate, "data": cmd_data, "evaluate": cmd_evaluate,
 }
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Resolve a :class:`~wmzoo.specs.RunSpec` from names, a preset, a config file and overrides.
 
 Precedence, lowest first: the preset (``tiny``/``small``/``paper``) of the backbone, the policy
-and the trainer → the config file → ``--set`` overrides. Everything is validated by pydantic in
+and the trainer (a variant ``family-variant`` that only the backbone or only the trainer defines,
+such as ``paper-2d`` or ``paper-atari100k``, means ``family`` for the others) → the config file → ``--set`` overrides. Everything is validated by pydantic in
 one place, so a bad value gives the same one-line error wherever it came from.
 """
 
@@ -59,7 +60,9 @@ def run_spec(
             raise WmzooError(_unrooted(text, backbone, policy))
         set_path(tree, key, value)
 
-    model = world_model_spec(backbone, preset_name, tree["model"])
+    # a trainer variant (paper-atari100k) uses the backbone's family preset (paper)
+    model_preset = _family(preset_name, entry.presets) if preset_name in TRAIN_PRESETS else preset_name
+    model = world_model_spec(backbone, model_preset, tree["model"])
     pol = policy_spec(policy, _family(preset_name, registry.policy(policy).presets), tree["policy"])
     train_base = preset(TRAIN_PRESETS, _family(preset_name, TRAIN_PRESETS), "the trainer")
     train = validate(TrainSpec, merge(train_base.model_dump(), tree["train"]), prefix="train")

@@ -70,6 +70,10 @@ class TrainSpec(Spec):
 
     steps: int = Field(100_000, ge=1, description="environment steps in total")
     envs: int = Field(1, ge=1, le=256, description="environments stepped side by side")
+    vector: Literal["async", "sync"] = Field(
+        "async", description="with envs > 1: async = one process per env (uses every core), "
+        "sync = one after another in the trainer's process",
+    )
     image_size: int = Field(64, ge=8, le=512, description="observation height and width in pixels")
     prefill: int = Field(1000, ge=0, description="random-policy env steps before training")
     train_ratio: float = Field(
@@ -80,7 +84,7 @@ class TrainSpec(Spec):
     replay_chunk: int = Field(1024, ge=16, description="steps per replay file on disk")
     sampling: Literal["uniform", "recency"] = Field("uniform", description="replay segment sampling")
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
-    checkpoint_every: int = Field(10_000, ge=1, description="env steps between checkpoints")
+    checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
     gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
     device: str = Field("cpu", description="torch device")
     threads: int = Field(
@@ -99,6 +103,11 @@ TRAIN_PRESETS: dict[str, TrainSpec] = {
         checkpoint_every=5000,
     ),
     "paper": TrainSpec(),
+    # The Atari 100k budget (Kaiser et al., 2020; REM appendix A.1, Table 2: 500 collection epochs
+    # x 200 env steps, one env): 100k agent steps = 400k frames at frame skip 4; the default
+    # prefill of 1000 steps matches their 5 collection epochs before the tokenizer trains. Select
+    # it with --preset paper-atari100k (the backbone and policy use their paper presets).
+    "paper-atari100k": TrainSpec(steps=100_000, envs=1),
 }
 
 

@@ -49,3 +49,18 @@ def test_bench_reports_the_segment_length(tmp_path):
                  "--seq-len", "40", "--iters", "1", "--warmup", "0", "--json", str(path)]) == 0
     (record,) = json.loads(path.read_text())
     assert record["segment"] == 16 and record["seq_len"] == 40
+
+
+def test_bench_env_mode(tmp_path, capsys):
+    pytest.importorskip("minigrid")
+    path = tmp_path / "env.json"
+    code = main(["bench", "--mode", "env", "--env", "minigrid-empty-5x5", "--envs", "2", "--steps", "20",
+                 "--json", str(path)])
+    assert code == 0
+    records = json.loads(path.read_text())
+    assert [(r["vector"], r["envs"], r["steps"]) for r in records] == [("single", 1, 20), ("sync", 2, 40), ("async", 2, 40)]
+    assert all(r["mode"] == "env" and r["throughput"] > 0 and r["env"] == "minigrid-empty-5x5" for r in records)
+    assert "steps/s" in capsys.readouterr().out
+    assert main(["bench", "--mode", "env"]) == 2
+    assert main(["bench", "--mode", "train"]) == 2  # train and imagine need --backbones
+    assert "--backbones" in capsys.readouterr().err

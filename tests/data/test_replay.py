@@ -352,15 +352,15 @@ def corrupt(path: Path, how: str) -> None:
     if how == "truncated":
         raw = path.read_bytes()
         path.write_bytes(raw[: len(raw) // 2])
-    elif how == "wrong keys":
-        np.savez(path, **{**data, "extra": np.zeros(1)})
+    elif how == "missing key":
+        np.savez(path, **{k: v for k, v in data.items() if k != "terminal"})
     elif how == "short field":
         np.savez(path, **{**data, "reward": data["reward"][:-1]})
     elif how == "wrong dtype":
         np.savez(path, **{**data, "obs": data["obs"].astype(np.float32)})
 
 
-@pytest.mark.parametrize("how", ["truncated", "wrong keys", "short field", "wrong dtype"])
+@pytest.mark.parametrize("how", ["truncated", "missing key", "short field", "wrong dtype"])
 def test_a_corrupt_chunk_is_skipped_and_splits_its_stream(tmp_path, how):
     replay = Replay(tmp_path, 1000, chunk_size=4)
     feed = Feed()

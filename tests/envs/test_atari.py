@@ -102,3 +102,49 @@ def test_evaluation_episode_is_the_whole_game() -> None:
         if terminated or truncated:
             break
     assert terminated and info["lives"] == 0
+
+
+def _frames(name: str, steps: int = 60) -> list[np.ndarray]:
+    """Observations under a fixed action sequence that alternates often (so repeats show)."""
+    env = make(name, seed=3)
+    obs, _ = env.reset()
+    frames = [obs]
+    for t in range(steps):
+        obs, _, terminated, truncated, _ = env.step((t // 3) % env.action_space.n)
+        frames.append(obs)
+        if terminated or truncated:
+            break
+    env.close()
+    return frames
+
+
+def test_sticky_actions_only_when_enabled() -> None:
+    ale = lambda name: make(name).unwrapped.ale  # noqa: E731
+    assert ale("atari-pong").getFloat("repeat_action_probability") == 0.0
+    assert ale("atari-pong-sticky").getFloat("repeat_action_probability") == 0.25
+    assert ale("atari-pong-sticky0.1").getFloat("repeat_action_probability") == pytest.approx(0.1)
+    plain, off, on = (_frames(n) for n in ("atari-pong", "atari-pong-sticky0", "atari-pong-sticky"))
+    assert len(plain) == len(off) and all(np.array_equal(a, b) for a, b in zip(plain, off))
+    assert any(not np.array_equal(a, b) for a, b in zip(plain, on))
+    with pytest.raises(UnknownNameError, match=r"probability in \[0, 1\]"):
+        make("atari-pong-sticky1.5")
+    assert atari.resolve("atari-ms_pacman-sticky0.3") == "MsPacman"
+
+
+def test_episode_caps_follow_the_official_codes() -> None:
+    """REM Table 2 / IRIS: 20K raw frames when training, 108K at evaluation."""
+    train = make("atari-pong").unwrapped.ale.getInt("max_num_frames_per_episode")
+    test = make("atari-pong", train=False).unwrapped.ale.getInt("max_num_frames_per_episode")
+    assert (train, test) == (20_000, 108_000)
+
+
+def test_human_normalized_scores() -> None:
+    assert set(atari.REFERENCE_SCORES) == set(ATARI_100K)
+    assert atari.human_normalized_score("atari-pong", -20.7) == 0.0
+    assert atari.human_normalized_score("atari-pong", 14.6) == pytest.approx(1.0)
+    # (16.1 - 1.7) / (30.5 - 1.7) = 0.5
+    assert atari.human_normalized_score("atari-breakout", 16.1) == pytest.approx(0.5)
+    # any spelling and the sticky suffix; not an Atari 100k game: None
+    assert atari.human_normalized_score("atari-MsPacman-sticky", 307.3) == 0.0
+    assert atari.human_normalized_score("atari-tennis", 1.0) is None
+    assert atari.human_normalized_score("crafter", 1.0) is None

@@ -51,3 +51,17 @@ def test_unknown_name() -> None:
 
     with pytest.raises(UnknownNameError, match="did you mean: crafter"):
         make_crafter("crafterr")
+
+
+def test_eval_summary_has_the_22_success_rates() -> None:
+    from wmzoo.eval.rollout import EpisodeResult, _jsonable, summarize, unlocked
+
+    env = make("crafter", seed=0)
+    env.reset()
+    for _ in range(3):
+        _, reward, _, _, info = env.step(5)  # "do": interact with what is in front
+    info["achievements"]["collect_wood"] = 1  # as if the episode had unlocked it
+    result = EpisodeResult(reward, 3, _jsonable(info), unlocked(info))
+    out = summarize("crafter", [result, EpisodeResult(0.0, 3, _jsonable(info), [])])
+    assert len(out["success_rates"]) == 22 and out["success_rates"]["collect_wood"] == 50.0
+    assert out["crafter_score"] == pytest.approx(51 ** (1 / 22) - 1)

@@ -26,7 +26,14 @@ def test_entries_and_extras() -> None:
     assert set(entries) == {
         "atari-*", "crafter", "minigrid-*",
         "memory-maze-9x9", "memory-maze-11x11", "memory-maze-13x13", "memory-maze-15x15",
+        # the s4wm paper's memory tasks (section 5)
+        "two-rooms", "four-rooms", "ten-rooms",
+        "two-rooms-teleport", "four-rooms-teleport", "ten-rooms-teleport",
+        "distracting-memory-100", "distracting-memory-200", "distracting-memory-400",
+        "multi-doors-keys-3", "multi-doors-keys-5", "multi-doors-keys-7",
     }  # fmt: skip
+    assert entries["two-rooms-teleport"].extra == "memory-maze"
+    assert entries["distracting-memory-200"].requires == ("minigrid",)
     assert entries["atari-*"].extra == "atari" and "ale_py" in entries["atari-*"].requires
     assert entries["crafter"].requires == ("crafter",)
     assert entries["minigrid-*"].requires == ("minigrid",)

@@ -85,6 +85,7 @@ def test_crafter_and_atari_tiny(capsys, tmp_path, env):
     code, out, _ = _run(capsys, "eval", "--checkpoint", str(logdir / "checkpoint.safetensors"),
                         "--episodes", "1", "--max-steps", "30")
     assert code == 0 and "mean return over 1 episodes" in out
+    assert {"crafter": "Crafter score: ", "atari-pong": "human-normalised score: "}[env] in out
 
 
 def test_memory_maze_tiny(capsys, tmp_path):

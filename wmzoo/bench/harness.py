@@ -4,12 +4,19 @@ Times, in one process and side by side, either the world-model **train** step (f
 backward, optimiser step of every component) or the **imagine** loop (observe a context, then the
 generic imagination engine with a uniformly random policy) of any registered backbone, on
 synthetic data of an environment's shape, after warm-up iterations. Throughput is frames per
-second: ``B·T`` trained frames per train step, ``B·H`` imagined frames per imagination.
+second: ``B·T`` trained frames per train step, ``B·H`` imagined frames per imagination (the
+``T``-step context is observed once beforehand and not timed).
 A backbone that trains statefully (``stateful_training``: RSSM with truncated BPTT, TSSM-XL) goes
 through a sequence longer than its spec's ``seq_len`` in consecutive segments of that length, the
 carry passed on and one update per segment, as it trains on long episodes.
 Peak memory is the resident set size sampled every 5 ms while the backbone runs (and, on CUDA,
 ``torch.cuda.max_memory_allocated``).
+
+The **env** mode times an environment alone under random actions, the way the online trainer
+steps it (:func:`wmzoo.envs.vector.make_vector_env`, same-step autoreset): one env in this process
+(``single``), then ``N`` envs one after another in this process (``sync``) and in ``N`` processes
+(``async``). Throughput is env steps per second, all envs together; peak memory is this
+process's only (async workers are not counted).
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 
 from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
-from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.interfaces import Batch, EnvInfo, map_state
 from wmzoo.registry import default_registry, env_info, make_env, world_model_spec
 from wmzoo.train.checkpoint import write_text_atomic
 from wmzoo.train.optim import step_components, world_model_optimizers
@@ -53,6 +61,18 @@ class BenchRecord:
     device: str
     threads: int
     segment: int = 0  # train: steps per update when the backbone trains in segments (TBTT), else T
+
+
+@dataclass
+class EnvBenchRecord:
+    env: str
+    mode: str  # "env"
+    vector: str  # "single", "sync" or "async"
+    envs: int
+    steps: int  # timed env steps, all envs together
+    throughput: float  # env steps per second, all envs together
+    seconds: float
+    peak_rss_mb: float  # this process only
 
 
 class RssSampler:
@@ -219,13 +239,16 @@ def _train_step(wm, data: Batch):
 
 
 def _imagine_step(wm, data: Batch, horizon: int, info: EnvInfo, decode: bool):
+    """Observe the context once (untimed), then time imagination from a fresh copy of its state
+    (a backbone may update its state's buffers in place, e.g. a preallocated key/value cache)."""
     wm.eval()
     policy = random_actions(info.num_actions, info.discrete)
+    with torch.no_grad():
+        start = wm.observe(data)
 
     @torch.no_grad()
     def step() -> None:
-        start = wm.observe(data)
-        imagine(wm, policy, start, horizon, decode=decode)
+        imagine(wm, policy, map_state(torch.clone, start), horizon, decode=decode)
 
     return step
 
@@ -233,6 +256,55 @@ def _imagine_step(wm, data: Batch, horizon: int, info: EnvInfo, decode: bool):
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def run_env_bench(
+    env: str, envs: int = 2, steps: int = 500, warmup: int = 10, seed: int = 0
+) -> list[EnvBenchRecord]:
+    """Env steps per second of ``env`` under random actions: one env, then ``envs`` envs in this
+    process (sync) and in their own processes (async); ``steps`` timed vector steps each, after
+    a reset and ``warmup`` untimed ones."""
+    from wmzoo.envs.vector import action_samplers, make_vector_env
+
+    if envs < 1 or steps < 1 or warmup < 0:
+        raise WmzooError("--envs and --steps must be at least 1, --warmup at least 0")
+    configs = [("single", 1, "sync")]
+    if envs > 1:
+        configs += [("sync", envs, "sync"), ("async", envs, "async")]
+    records = []
+    for label, n, kind in configs:
+        vec = make_vector_env(env, n, seed=seed, mode=kind)  # type: ignore[arg-type]
+        try:
+            samplers = action_samplers(vec, seed)
+            vec.reset(seed=seed)
+            for _ in range(warmup):
+                vec.step(np.stack([space.sample() for space in samplers]))
+            with RssSampler() as rss:
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    vec.step(np.stack([space.sample() for space in samplers]))
+                seconds = time.perf_counter() - t0
+        finally:
+            vec.close()
+        records.append(EnvBenchRecord(
+            env=env, mode="env", vector=label, envs=n, steps=n * steps,
+            throughput=n * steps / seconds, seconds=seconds, peak_rss_mb=round(rss.peak, 1),
+        ))
+    return records
+
+
+def format_env_table(records: list[EnvBenchRecord]) -> str:
+    """Env steps per second of each configuration, relative to the first (one env)."""
+    if not records:
+        return ""
+    base = records[0].throughput
+    rows = [f"{'env':<24}{'vector':<8}{'envs':>5}{'steps':>8}{'steps/s':>11}{'ratio':>8}"]
+    for r in records:
+        rows.append(
+            f"{r.env:<24}{r.vector:<8}{r.envs:>5}{r.steps:>8}{r.throughput:>11.1f}"
+            f"{r.throughput / base:>8.2f}"
+        )
+    return "\n".join(rows)
 
 
 def format_table(records: list[BenchRecord]) -> str:
@@ -250,5 +322,5 @@ def format_table(records: list[BenchRecord]) -> str:
     return "\n".join(rows)
 
 
-def write_json(path: str | Path, records: list[BenchRecord]) -> Path:
+def write_json(path: str | Path, records: list[BenchRecord] | list[EnvBenchRecord]) -> Path:
     return write_text_atomic(path, json.dumps([asdict(r) for r in records], indent=2))

@@ -1,8 +1,10 @@
 """Chunk files: how a replay's rows are laid out on disk.
 
-A chunk is a run of consecutive rows of one stream, saved uncompressed with :func:`numpy.savez`
-under the keys of :data:`FIELDS` (``obs`` uint8 ``[N, C, H, W]``, ``action`` int64 ``[N]`` or
-float32 ``[N, A]``, ``reward`` float32 ``[N]``, ``terminal`` and ``is_first`` bool ``[N]``) and
+A chunk is a run of consecutive rows of one stream, saved with :func:`numpy.savez` under the keys
+of :data:`FIELDS` (``obs`` uint8 ``[N, C, H, W]``, ``action`` int64 ``[N]`` or float32 ``[N, A]``,
+``reward`` float32 ``[N]``, ``terminal`` and ``is_first`` bool ``[N]``). A chunk may hold further
+arrays (offline datasets add per-row ``phase``, ``teleport_to`` and ``probe_<name>`` targets and
+deflate their members; see ``docs/datasets.md``); the replay reads only :data:`FIELDS`. Chunks are
 named ``{order:09d}-{stream}-{index:06d}-{rows}.npz``:
 
 - ``order``: the chunk's place in the global write order of the directory (its age),
@@ -79,8 +81,9 @@ def read_chunk(path: Path, rows: int) -> tuple[dict[str, np.ndarray], RowSpec]:
     Other errors (a truncated or foreign file) propagate as whatever numpy or zipfile raise.
     """
     with np.load(path, allow_pickle=False) as f:
-        if sorted(f.files) != sorted(FIELDS):
-            raise ValueError(f"keys {sorted(f.files)}, expected {sorted(FIELDS)}")
+        missing = sorted(set(FIELDS) - set(f.files))
+        if missing:  # extra arrays (a dataset's phase or probe targets) are left unread
+            raise ValueError(f"keys {sorted(f.files)} lack {missing}")
         data = {key: f[key] for key in FIELDS}
     for key, value in data.items():
         if len(value) != rows:

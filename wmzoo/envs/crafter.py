@@ -2,7 +2,9 @@
 
 Protocol: ``crafter.Env(size=(size, size), reward=True)``: 17 actions, episodes of at most 10,000
 steps (Crafter's own ``length``, reported as truncation); death is the only termination. Step
-``info`` is Crafter's, including ``achievements`` (the 22 counters the Crafter score is built on).
+``info`` is Crafter's, including ``achievements`` (the 22 counters the Crafter score is built on,
+reset with each episode). ``wmzoo eval`` records the achievements each episode unlocked and
+reports their success rates and the Crafter score (:func:`wmzoo.eval.metrics.crafter_score`).
 """
 
 from __future__ import annotations

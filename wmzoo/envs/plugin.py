@@ -57,7 +57,8 @@ def wmzoo_envs() -> list[EnvEntry]:
             requires=("ale_py", "cv2"),
             extra="atari",
             description="Atari 2600 (ALE), Atari 100k protocol of IRIS/REM: frame skip 4, "
-            "no sticky actions, 30 no-op starts, life loss ends training episodes",
+            "30 no-op starts, life loss ends training episodes; no sticky actions "
+            "(name suffix -sticky for p = 0.25, -sticky<p> for another p)",
             examples=tuple(f"atari-{game}" for game in ATARI_100K),
         ),
         EnvEntry(
@@ -86,5 +87,29 @@ def wmzoo_envs() -> list[EnvEntry]:
                 aliases=("memory-maze",) if size == "9x9" else (),
             )
             for size in ("9x9", "11x11", "13x13", "15x15")
+        ),
+        *(
+            EnvEntry(
+                name=name,
+                make=_lazy_make("memory_tasks_3d"),
+                requires=("memory_maze", "gym", "dm_control"),
+                extra="memory-maze",
+                description=f"s4wm memory task {name} (3D, Memory Maze engine, scripted policy)",
+            )
+            for rooms in ("two", "four", "ten")
+            for name in (f"{rooms}-rooms", f"{rooms}-rooms-teleport")
+        ),
+        *(
+            EnvEntry(
+                name=name,
+                make=_lazy_make("memory_tasks_2d"),
+                requires=("minigrid",),
+                extra="minigrid",
+                description=f"s4wm memory task {name} (2D MiniGrid, scripted policy)",
+            )
+            for name in (
+                *(f"distracting-memory-{w}" for w in (100, 200, 400)),
+                *(f"multi-doors-keys-{k}" for k in (3, 5, 7)),
+            )
         ),
     ]

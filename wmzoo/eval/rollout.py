@@ -1,4 +1,10 @@
-"""Evaluate a checkpoint in its real environment, and record real-vs-imagined rollouts."""
+"""Evaluate a checkpoint in its real environment, and record real-vs-imagined rollouts.
+
+:func:`summarize` turns evaluation episodes into the figures the papers report: the mean return;
+for the 26 Atari 100k games the human-normalised score (REM section 3.1); for environments whose
+step ``info`` counts ``achievements`` (Crafter) the per-achievement success rates and the Crafter
+score (Hafner, 2021; :func:`wmzoo.eval.metrics.crafter_score`).
+"""
 
 from __future__ import annotations
 
@@ -31,11 +37,12 @@ def load_agent(checkpoint: str | Path) -> Agent:
 class EpisodeResult:
     ret: float
     length: int
-    info: dict[str, Any]
+    info: dict[str, Any]  # the last step's info (JSON-able entries)
+    achievements: list[str] | None = None  # unlocked in this episode, where the env counts them
 
 
 def evaluate(agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sample: bool = False) -> list[EpisodeResult]:
-    """Run ``episodes`` episodes (test-time env protocol) and return their returns."""
+    """Run ``episodes`` episodes (test-time env protocol), each at most ``max_steps`` steps."""
     run = agent.run
     env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
     results = []
@@ -51,7 +58,7 @@ def evaluate(agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sa
                 steps += 1
                 first = False
                 done = terminated or truncated
-            results.append(EpisodeResult(total, steps, _jsonable(info)))
+            results.append(EpisodeResult(total, steps, _jsonable(info), unlocked(info)))
     finally:
         env.close()
     return results
@@ -84,6 +91,34 @@ def record_episode(agent: Agent, steps: int, seed: int = 20_000) -> Batch:
         terminal=torch.as_tensor(np.array(rows["terminal"]))[None],
         is_first=torch.as_tensor(np.array(rows["is_first"]))[None],
     )
+
+
+def unlocked(info: dict[str, Any]) -> list[str] | None:
+    """Names of the achievements an episode's last ``info`` counts at least once (Crafter's
+    ``info["achievements"]`` holds per-episode counters), ``None`` without such counters."""
+    counts = info.get("achievements")
+    if not isinstance(counts, dict):
+        return None
+    return sorted(name for name, count in counts.items() if count > 0)
+
+
+def summarize(env: str, results: list[EpisodeResult]) -> dict[str, Any]:
+    """``mean_return``; ``human_normalized_score`` for Atari 100k games; ``success_rates`` (percent
+    per achievement) and ``crafter_score`` when every episode reports achievements."""
+    from wmzoo.envs.atari import human_normalized_score
+    from wmzoo.eval.metrics import crafter_score, success_rates
+
+    mean = float(np.mean([r.ret for r in results]))
+    out: dict[str, Any] = {"mean_return": mean}
+    hns = human_normalized_score(env, mean)
+    if hns is not None:
+        out["human_normalized_score"] = hns
+    if results and all(r.achievements is not None for r in results):
+        names = sorted({name for r in results for name in r.info.get("achievements", {})})
+        rates = success_rates([r.achievements or [] for r in results], names)
+        out["success_rates"] = rates
+        out["crafter_score"] = crafter_score(rates)
+    return out
 
 
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:

@@ -23,9 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
+from gymnasium.vector import VectorEnv
 from tqdm import tqdm
 
 from wmzoo.data import Replay
+from wmzoo.data.generate import training_dir
+from wmzoo.envs.vector import action_samplers, make_vector_env, vector_env_info
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, reset_state
 from wmzoo.registry import env_info, make_env
@@ -48,36 +51,41 @@ class Progress:
 
 
 class Collector:
-    """Steps ``N`` environments with the agent and writes one replay row per env step."""
+    """Steps a vector of ``N`` environments with the agent and writes one replay row per env step.
 
-    def __init__(self, envs: list[Any], agent: Agent, replay: Replay, seed: int) -> None:
+    ``envs`` is a Gymnasium vector env that resets an environment in the step that ends its
+    episode (:func:`wmzoo.envs.vector.make_vector_env`); worker ``i``'s rows go to replay stream
+    ``i``. Random actions come from per-env action spaces seeded ``seed + i`` here, so the rows do
+    not depend on whether the environments run in this process or in their own.
+    """
+
+    def __init__(self, envs: VectorEnv, agent: Agent, replay: Replay, seed: int) -> None:
         self.envs, self.agent, self.replay = envs, agent, replay
-        self.rng = np.random.default_rng(seed)
-        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
-        self.is_first = np.ones(len(envs), bool)
-        self.returns = np.zeros(len(envs))
-        self.lengths = np.zeros(len(envs), int)
+        n = envs.num_envs
+        self.samplers = action_samplers(envs, seed)
+        self.obs, _ = envs.reset(seed=[seed + i for i in range(n)])
+        self.is_first = np.ones(n, bool)
+        self.returns = np.zeros(n)
+        self.lengths = np.zeros(n, int)
         agent.reset_acting()
 
     def step(self, random: bool) -> list[tuple[float, int]]:
         """One step of every env; returns (return, length) of the episodes that ended."""
-        forced = np.array([env.action_space.sample() for env in self.envs]) if random else None
+        forced = np.stack([space.sample() for space in self.samplers]) if random else None
         actions = self.agent.act(self.obs, self.is_first, actions=forced)
+        obs, rewards, terminated, truncated, info = self.envs.step(actions)
         ended = []
-        for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, _ = env.step(actions[i])
-            self.replay.add(i, self.obs[i], actions[i], float(reward), bool(terminated), bool(self.is_first[i]))
-            self.returns[i] += reward
+        for i in range(len(actions)):
+            self.replay.add(i, self.obs[i], actions[i], float(rewards[i]), bool(terminated[i]), bool(self.is_first[i]))
+            self.returns[i] += rewards[i]
             self.lengths[i] += 1
-            self.is_first[i] = False
-            if terminated or truncated:
+            if terminated[i] or truncated[i]:
                 # the final observation closes the episode (zero action/reward, not terminal)
-                self.replay.add(i, obs, np.zeros_like(actions[i]), 0.0, False, False)
+                self.replay.add(i, info["final_obs"][i], np.zeros_like(actions[i]), 0.0, False, False)
                 ended.append((float(self.returns[i]), int(self.lengths[i])))
                 self.returns[i], self.lengths[i] = 0.0, 0
-                obs, _ = env.reset()
-                self.is_first[i] = True
-            self.obs[i] = obs
+        self.is_first = terminated | truncated  # obs[i] already starts the next episode
+        self.obs = obs
         return ended
 
 
@@ -87,8 +95,11 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     if T.threads:
         torch.set_num_threads(T.threads)
     torch.manual_seed(run.seed)
-    envs = [make_env(run.env, seed=run.seed + i, size=T.image_size, train=True) for i in range(T.envs)]
-    info = env_info(envs[0], run.env)
+    envs = make_vector_env(
+        run.env, T.envs, seed=run.seed, size=T.image_size, train=True,
+        mode=T.vector if T.envs > 1 else "sync",
+    )
+    info = vector_env_info(envs, run.env)
     agent = Agent(run, info)
     progress = Progress()
     if resume:
@@ -118,10 +129,10 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
             for ret, length in collector.step(random=prefill):
                 progress.episodes += 1
                 logger.add({"episode/return": ret, "episode/length": length})
-            progress.env_steps += len(envs)
-            bar.update(len(envs))
+            progress.env_steps += T.envs
+            bar.update(T.envs)
             if not prefill:
-                progress.credit += len(envs) * T.train_ratio / (B * L)
+                progress.credit += T.envs * T.train_ratio / (B * L)
             while progress.credit >= 1:
                 progress.credit -= 1
                 out = batches.update()
@@ -143,13 +154,14 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     record_imagination(agent, replay, logdir, logger, progress.env_steps)
     logger.write(progress.env_steps)
     logger.close()
-    for env in envs:
-        env.close()
+    envs.close()
     return path
 
 
 def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_progress: bool = True) -> Path:
-    """Train only the world model for ``updates`` steps on recorded episodes in ``data``."""
+    """Train only the world model for ``updates`` steps on recorded episodes in ``data`` (a
+    folder of chunk files, or a dataset root of ``wmzoo data generate``: its train split)."""
+    data = training_dir(data)
     replay = Replay.load(data, capacity=run.train.replay_capacity, seed=run.seed, sampling=run.train.sampling)
     if len(replay) == 0:
         raise WmzooError(f"--offline {data}: no episodes found (expected the replay's .npz chunk files)")
@@ -160,13 +172,20 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
     logger = Logger(logdir)
     batches = WorldModelBatches(agent, replay)
     progress = Progress()
-    for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
-        progress.updates += 1
-        logger.add(batches.update().metrics)
-        if progress.updates % run.train.log_every == 0:
-            logger.write(progress.updates)
+
+    def checkpoint() -> Path:
+        return save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
+
+    with _interrupt_guard(checkpoint, progress, offline=True):
+        for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
+            progress.updates += 1
+            logger.add(batches.update().metrics)
+            if progress.updates % run.train.log_every == 0:
+                logger.write(progress.updates)
+            if progress.updates % run.train.checkpoint_every == 0:
+                checkpoint()
     logger.write(progress.updates)
-    path = save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
+    path = checkpoint()
     record_imagination(agent, replay, logdir, logger, progress.updates)
     logger.close()
     return path
@@ -269,8 +288,8 @@ def _restore(agent: Agent, logdir: Path) -> Progress:
 class _interrupt_guard:
     """On Ctrl-C or SIGTERM, write a checkpoint (replay flushed) before leaving."""
 
-    def __init__(self, checkpoint: Any, progress: Progress) -> None:
-        self.checkpoint, self.progress = checkpoint, progress
+    def __init__(self, checkpoint: Any, progress: Progress, offline: bool = False) -> None:
+        self.checkpoint, self.progress, self.offline = checkpoint, progress, offline
 
     def __enter__(self) -> None:
         self.previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -279,6 +298,11 @@ class _interrupt_guard:
         signal.signal(signal.SIGTERM, self.previous)
         if kind is KeyboardInterrupt:
             path = self.checkpoint()
+            if self.offline:
+                raise WmzooError(
+                    f"interrupted at update {self.progress.updates}; the world model so far is "
+                    f"saved to {path}"
+                )
             raise WmzooError(
                 f"interrupted at env step {self.progress.env_steps}; checkpoint saved to {path}; "
                 "continue with --resume"

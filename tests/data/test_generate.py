@@ -1,0 +1,237 @@
+"""``wmzoo data generate``: splits, manifest, checksums, determinism, resuming, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from memory_fakes import CONTEXT, QUERY, FakeEnvs
+
+from wmzoo.cli import main
+from wmzoo.data import Replay
+from wmzoo.data import generate as gen
+from wmzoo.data.generate import (
+    MANIFEST,
+    Manifest,
+    generate,
+    iter_episodes,
+    parse_split,
+    sha256,
+    split_counts,
+    split_of,
+    training_dir,
+)
+from wmzoo.data.store import ChunkName
+from wmzoo.errors import WmzooError
+from wmzoo.registry import default_registry
+
+
+@pytest.fixture(autouse=True)
+def fake_envs():
+    plugin = FakeEnvs()
+    default_registry().register(plugin)
+    yield
+    default_registry().unregister(plugin)
+
+
+def quiet(*_: object) -> None:
+    pass
+
+
+def checksums(root) -> list[str]:
+    return [e.sha256 for _, e in sorted(Manifest.read(root).files.items())]
+
+
+def test_generate_writes_splits_manifest_and_checksums(tmp_path):
+    root = tmp_path / "ds"
+    generate("fake-memory", 10, root, size=16, seed=3, log=quiet)
+    raw = json.loads((root / MANIFEST).read_text())
+    assert raw["counts"] == {"train": 8, "val": 1, "test": 1} and raw["complete"]
+    assert (raw["env"], raw["size"], raw["seed"], raw["policy"]) == ("fake-memory", 16, 3, "scripted")
+    assert (raw["context_length"], raw["query_length"]) == (CONTEXT, QUERY)
+    assert [f["index"] for f in raw["files"]] == list(range(10))
+    assert [f["split"] for f in raw["files"]] == ["train"] * 8 + ["val", "test"]
+    for f in raw["files"]:
+        path = root / f["file"]
+        assert path.parent.name == f["split"] and sha256(path) == f["sha256"]
+        assert f["rows"] == CONTEXT + QUERY == ChunkName.parse(path.name).rows
+    for split in ("train", "val", "test"):
+        assert json.loads((root / split / "env.json").read_text())["obs_shape"] == [3, 16, 16]
+    episode = next(iter_episodes(root, "test"))
+    assert episode["obs"].shape == (11, 3, 16, 16) and episode["is_first"].tolist() == [True] + [False] * 10
+    assert episode["phase"].tolist() == [0] * CONTEXT + [1] * QUERY
+    assert episode["probe_pos"].shape == (11, 2) and episode["info_unlock_attempt"].dtype == np.bool_
+    assert episode["action"][-1] == 0 and episode["reward"][-1] == 0 and not episode["terminal"][-1]
+    assert episode["terminal"][-2]  # the task ends on its last step
+
+
+def test_the_replay_and_the_offline_trainer_read_a_dataset(tmp_path):
+    root = tmp_path / "ds"
+    generate("fake-memory", 10, root, size=16, log=quiet)
+    assert training_dir(root) == root / "train" and training_dir(root / "train") == root / "train"
+    replay = Replay.load(training_dir(root))  # extra arrays (phase, probe_*, info_*) are ignored
+    assert len(replay) == 8 * 11 and replay.episodes == 8
+    batch = replay.sample(16, 30)  # the train split is one stream: windows cross episodes
+    assert batch.obs.shape == (16, 30, 3, 16, 16) and batch.is_first.any()
+    assert not any(p.name.endswith(".tmp") for p in root.rglob("*"))
+
+
+def test_generation_is_deterministic_per_seed(tmp_path):
+    generate("fake-memory", 6, tmp_path / "a", size=16, seed=5, log=quiet)
+    generate("fake-memory", 6, tmp_path / "b", size=16, seed=5, log=quiet)
+    generate("fake-memory", 6, tmp_path / "c", size=16, seed=6, log=quiet)
+    assert checksums(tmp_path / "a") == checksums(tmp_path / "b")  # byte-identical files
+    assert checksums(tmp_path / "a") != checksums(tmp_path / "c")
+    # episode i is episode 0 of a dataset seeded seed + i
+    generate("fake-memory", 6, tmp_path / "d", size=16, seed=7, log=quiet)
+    a = dict(np.load(tmp_path / "a" / Manifest.read(tmp_path / "a").files[2].file))
+    d = dict(np.load(tmp_path / "d" / Manifest.read(tmp_path / "d").files[0].file))
+    assert all(np.array_equal(a[k], d[k]) for k in a)
+
+
+@pytest.mark.parametrize("start", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_workers_give_the_same_files_and_random_policy_is_announced(tmp_path, monkeypatch, start):
+    monkeypatch.setattr(gen, "_START_METHOD", start)
+    lines: list[str] = []
+    generate("minigrid-empty-5x5", 5, tmp_path / "one", size=16, seed=1, log=quiet)
+    generate("minigrid-empty-5x5", 5, tmp_path / "two", size=16, seed=1, workers=2, log=lines.append)
+    assert checksums(tmp_path / "one") == checksums(tmp_path / "two")
+    assert "uniformly random policy" in lines[0] and "2 workers" in lines[1]
+    assert Manifest.read(tmp_path / "two").policy == "random"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_run_resumes_and_leaves_no_partial_episode(tmp_path, monkeypatch, how):
+    generate("fake-memory", 10, tmp_path / "whole", size=16, log=quiet)
+    root, calls, original = tmp_path / "ds", {"n": 0}, gen.record_episode
+
+    def record_then_stop(env, seed):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            if how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            raise KeyboardInterrupt
+        return original(env, seed)
+
+    monkeypatch.setattr(gen, "record_episode", record_then_stop)
+    with pytest.raises(WmzooError, match="interrupted after 4 of 10 episodes; run the same command"):
+        generate("fake-memory", 10, root, size=16, log=quiet)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is restored
+    assert sorted(Manifest.read(root).files) == [0, 1, 2, 3]
+    assert len(list((root / "train").glob("*.npz"))) == 4
+    # a kill in the middle of writing episode 4 left its temporary file, and episode 5 was
+    # written after the manifest was last saved: the first is dropped, the second kept
+    monkeypatch.setattr(gen, "record_episode", original)
+    whole = Manifest.read(tmp_path / "whole").files
+    (root / whole[4].file).with_suffix(".npz.tmp").write_bytes(b"PK\x03\x04 partial")
+    (root / whole[5].file).write_bytes((tmp_path / "whole" / whole[5].file).read_bytes())
+    lines: list[str] = []
+    generate("fake-memory", 10, root, size=16, log=lines.append)
+    assert any("generating 5 of 10" in line for line in lines)
+    assert checksums(root) == checksums(tmp_path / "whole")
+    assert not any(p.name.endswith(".tmp") for p in root.rglob("*"))
+
+
+def test_an_interrupted_pool_stops_its_workers_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "_MANIFEST_EVERY_S", -1.0)  # record (and log) after every episode
+    progress: list[str] = []
+
+    def log(line: str) -> None:
+        progress.append(line)
+        if line.startswith("  3/"):
+            raise KeyboardInterrupt  # Ctrl-C reaches the parent while the workers record
+
+    root = tmp_path / "ds"
+    with pytest.raises(WmzooError, match="interrupted after 3 of 8 episodes"):
+        generate("minigrid-empty-5x5", 8, root, size=16, workers=2, log=log)
+    listed = Manifest.read(root).files
+    assert len(listed) >= 3 and all(sha256(root / e.file) == e.sha256 for e in listed.values())
+    assert not any(p.name.endswith(".tmp") for p in root.rglob("*"))
+    generate("minigrid-empty-5x5", 8, root, size=16, workers=2, log=quiet)
+    generate("minigrid-empty-5x5", 8, tmp_path / "whole", size=16, log=quiet)
+    assert checksums(root) == checksums(tmp_path / "whole")
+
+
+def test_a_corrupt_episode_is_generated_again(tmp_path):
+    root = tmp_path / "ds"
+    generate("fake-memory", 4, root, size=16, split=(0.5, 0.25, 0.25), log=quiet)
+    before = checksums(root)
+    path = root / Manifest.read(root).files[1].file
+    raw = bytearray(path.read_bytes())
+    raw[100] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(WmzooError, match="checksum differs"):
+        list(iter_episodes(root, "train"))
+    lines: list[str] = []
+    generate("fake-memory", 4, root, size=16, split=(0.5, 0.25, 0.25), log=lines.append)
+    assert any("incomplete or corrupt" in line for line in lines) and checksums(root) == before
+    lines.clear()
+    generate("fake-memory", 4, root, size=16, split=(0.5, 0.25, 0.25), log=lines.append)
+    assert any("all 4 episodes already complete" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seed", "1"], "generated with --seed 0, not 1"),
+        (["--split", "0.6,0.2,0.2"], "generated with --split 0.8,0.1,0.1, not 0.6,0.2,0.2"),
+        (["--size", "32"], "generated with --size 16, not 32"),
+    ],
+)
+def test_mismatched_arguments_are_one_line_errors(tmp_path, capsys, extra, message):
+    args = ["data", "generate", "--env", "fake-memory", "--episodes", "3", "--out", str(tmp_path), "--size", "16"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        ("corrupt manifest", [], "manifest.json is corrupt"),
+        (None, ["--split", "0.5,0.5"], "expected three non-negative numbers"),
+        (None, ["--split", "0,1,1"], "with train > 0"),
+        (None, ["--workers", "0"], "must be at least 1"),
+        (None, ["--env", "no-such-env"], "unknown environment"),
+    ],
+)
+def test_bad_input_is_a_one_line_error(tmp_path, capsys, setup, args, message):
+    if setup == "corrupt manifest":
+        (tmp_path / MANIFEST).write_text("{not json")
+    base = {"--env": "fake-memory", "--episodes": "3", "--out": str(tmp_path), "--size": "16"}
+    for key, value in zip(args[::2], args[1::2]):
+        base[key] = value
+    assert main(["data", "generate", *[x for kv in base.items() for x in kv]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@given(st.integers(1, 50_000), st.sampled_from([(0.8, 0.1, 0.1), (28 / 30, 1 / 30, 1 / 30), (1.0, 0.0, 0.0),
+                                                  (0.5, 0.25, 0.25)]))
+def test_split_counts_cover_every_episode_once(episodes, split):
+    counts = split_counts(episodes, split)
+    assert sum(counts.values()) == episodes and counts["train"] >= 1
+    places = [split_of(i, counts) for i in range(min(episodes, 200))]
+    assert len(set(places)) == len(places)
+    if episodes in (10_000, 30_000) and split != (1.0, 0.0, 0.0):
+        assert counts["val"] == counts["test"] == round(episodes * split[1])
+
+
+def test_split_ratios_are_normalised_and_compared_with_tolerance(tmp_path):
+    assert parse_split("28,1,1") == pytest.approx((28 / 30, 1 / 30, 1 / 30))
+    generate("fake-memory", 3, tmp_path, size=16, split=parse_split("8,1,1"), log=quiet)
+    lines: list[str] = []
+    generate("fake-memory", 3, tmp_path, size=16, split=parse_split("0.8,0.1,0.1"), log=lines.append)
+    assert any("already complete" in line for line in lines)
+
+
+def test_paper_sizes():
+    assert split_counts(10_000, (0.8, 0.1, 0.1)) == {"train": 8000, "val": 1000, "test": 1000}
+    assert split_counts(30_000, (28 / 30, 1 / 30, 1 / 30)) == {"train": 28000, "val": 1000, "test": 1000}

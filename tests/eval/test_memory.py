@@ -1,0 +1,218 @@
+"""The s4wm memory metrics against hand-computed values, and ``wmzoo evaluate`` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis.extra.numpy import arrays
+from memory_fakes import FakeEnvs, KnownModel
+
+from wmzoo.cli import main
+from wmzoo.data.generate import Manifest, generate
+from wmzoo.errors import WmzooError
+from wmzoo.eval.memory import (
+    _batch,
+    attempts,
+    context_rows,
+    image_error,
+    imagination_metrics,
+    recall_metrics,
+    reward_accuracy,
+    teleport_row,
+)
+from wmzoo.interfaces import EnvInfo
+from wmzoo.registry import default_registry
+
+ENV = EnvInfo("known", (3, 4, 4), 3)
+PIXELS = 3 * 4 * 4
+REAL = 51  # 0.2 after scaling
+
+
+def err(value: float) -> float:
+    """Per-image error of a constant model image ``value`` against the constant real image."""
+    return PIXELS * ((REAL - value) / 255) ** 2
+
+
+def episode(T: int, actions: list[int] | None = None, rewards: list[float] | None = None,
+            **extras: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "obs": np.full((T, *ENV.obs_shape), REAL, np.uint8),
+        "action": np.asarray(actions if actions is not None else [1] * T, np.int64),
+        "reward": np.asarray(rewards if rewards is not None else [0.0] * T, np.float32),
+        "terminal": np.zeros(T, bool),
+        "is_first": np.arange(T) == 0,
+        **extras,
+    }
+
+
+@given(arrays(np.uint8, (2, 3, 5, 5)), arrays(np.uint8, (2, 3, 5, 5)))
+def test_image_error_is_the_per_image_sum_over_pixels_in_unit_scale(real, model):
+    expected = [((real[i] / 255.0 - model[i] / 255.0) ** 2).sum() for i in range(2)]
+    np.testing.assert_allclose(image_error(real, model), expected, rtol=1e-12)
+
+
+def test_image_error_units():
+    black, white = np.zeros((3, 64, 64), np.uint8), np.full((3, 64, 64), 255, np.uint8)
+    assert image_error(black, white) == 64 * 64 * 3
+    assert image_error(black, np.full_like(black, 51)) == pytest.approx(64 * 64 * 3 * 0.04)
+
+
+def test_imagination_metrics_against_hand_computed_values():
+    wm = KnownModel(ENV)
+    batch, extras = _batch([episode(7), episode(7)])
+    out = imagination_metrics(wm, iter([(batch, extras, 3)]))
+    # observed rows decode as black (k = 0); the j-th imagined frame has value 10 j
+    assert out["recon_mse"] == pytest.approx(err(0))
+    per_step = [err(10 * j) for j in range(1, 5)]
+    np.testing.assert_allclose(out["gen_mse_per_step"], per_step)
+    assert out["gen_mse"] == pytest.approx(np.mean(per_step)) and out["episodes"] == 2
+
+
+def test_reward_accuracy_inference_versus_imagination():
+    # rewards follow action 2; the model predicts them only after seeing 4 rows
+    actions, rewards = [0, 2, 2, 0, 2, 0], [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    attempts = np.zeros(6, bool)
+    attempts[[2, 3, 5]] = True  # transitions 1, 2 and 4 (their info comes with the next row)
+    data = episode(6, actions, rewards, info_unlock_attempt=attempts)
+    data["terminal"][4] = True
+    wm = KnownModel(ENV, sees=4)
+    batch, extras = _batch([data])
+    out = reward_accuracy(wm, iter([(batch, extras, 2)]), None)  # scored: the ending transition 4
+    assert (out["inference_accuracy"], out["imagination_accuracy"], out["scored_transitions"]) == (1.0, 0.0, 1)
+    out = reward_accuracy(wm, iter([(batch, extras, 2)]), "info_unlock_attempt")
+    # inference sees rows 0..t: t = 1, 2 (2, 3 rows seen) miss, t = 4 (5 rows) hits; imagination
+    # keeps the 2 context rows and misses all three
+    assert out["inference_accuracy"] == pytest.approx(1 / 3) and out["imagination_accuracy"] == 0.0
+    # without the env's flags the attempts are the transitions taking the rewarded action (2)
+    assert reward_accuracy(wm, iter([(batch, {}, 2)]), "info_unlock_attempt") == out
+
+
+def test_recall_metrics_per_number_of_extra_frames():
+    teleport = np.full(10, -1)
+    teleport[4] = 1  # row 4 is the first frame after the teleport
+    out = recall_metrics(KnownModel(ENV), iter([episode(10, info_teleport_to=teleport)]), extra=2)
+    assert out["extra_frames"] == [0, 1, 2]
+    for k in range(3):
+        first = 5 + k  # rows 0..4 + k observed, rows first..9 imagined at steps 1, 2, ...
+        steps = [r - first + 1 for r in range(first, 10)]
+        common = [r - first + 1 for r in range(7, 10)]
+        assert out["gen_mse"][k] == pytest.approx(np.mean([err(10 * j) for j in steps]))
+        assert out["gen_mse_common"][k] == pytest.approx(np.mean([err(10 * j) for j in common]))
+
+
+def test_recall_compares_only_the_rows_the_env_marks_as_replayed():
+    teleport, replay = np.full(10, -1), np.zeros(10, bool)
+    teleport[4:], replay[5:8] = 1, True  # rows 8, 9 continue past the replayed history
+    data = episode(10, info_teleport_to=teleport, info_replay=replay)
+    out = recall_metrics(KnownModel(ENV), iter([data]), extra=20)
+    assert out["extra_frames"] == [0, 1, 2, 3, 4]  # one frame is always left to imagine
+    for k in range(3):
+        first = 5 + k
+        steps = [r - first + 1 for r in range(first, 8)]
+        assert out["gen_mse"][k] == pytest.approx(np.mean([err(10 * j) for j in steps]))
+    assert np.isnan(out["gen_mse"][3]) and np.isnan(out["gen_mse_common"][0])  # nothing compared
+
+
+def test_attempts_are_the_env_flags_else_the_rewarded_action():
+    data = episode(6, [0, 5, 3, 5, 5, 0], [0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    batch, extras = _batch([data])
+    assert attempts(batch, extras).tolist() == [[False, True, False, True, True, False]]
+    flags = np.array([0, 0, 1, 0, 0, 0], bool)  # the env flags transition 1 only
+    batch, extras = _batch([{**data, "info_unlock_attempt": flags}])
+    assert attempts(batch, extras).tolist() == [[False, True, False, False, False, False]]
+    batch, extras = _batch([episode(4, [1, 2, 0, 0], [1.0, 1.0, 0.0, 0.0])])
+    with pytest.raises(WmzooError, match="take 2 different actions"):
+        attempts(batch, extras)
+
+
+def test_phases_and_teleports_are_required_with_one_line_errors(tmp_path):
+    manifest = Manifest.__new__(Manifest)
+    manifest.context_length = None
+    manifest.args = type("A", (), {"env": "minigrid-empty-5x5"})()
+    with pytest.raises(WmzooError, match="has no context/query phases"):
+        context_rows(episode(5), manifest)
+    assert context_rows(episode(5, phase=np.array([0, 0, 1, 1, 1], np.uint8)), manifest) == 2
+    with pytest.raises(WmzooError, match="needs at least one of each phase"):
+        context_rows(episode(3, phase=np.zeros(3, np.uint8)), manifest)
+    with pytest.raises(WmzooError, match="needs a teleport dataset"):
+        teleport_row(episode(5))
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A fake teleport-task dataset and a tiny RSSM trained on it for 3 offline updates."""
+    plugin = FakeEnvs()
+    default_registry().register(plugin)
+    root = tmp_path_factory.mktemp("memory")
+    data = root / "data"
+    generate("fake-memory-teleport", 10, data, size=16, log=lambda *_: None)
+    logdir = root / "run"
+    torch.manual_seed(0)
+    code = main(["run", "--offline", str(data), "--env", "fake-memory-teleport", "--steps", "3",
+                 "--logdir", str(logdir), "--no-progress", "--set", "train.image_size=16"])
+    assert code == 0
+    yield data, logdir / "checkpoint.safetensors"
+    default_registry().unregister(plugin)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "keys"),
+    [
+        ("imagination", {"recon_mse", "gen_mse", "gen_mse_per_step"}),
+        ("recall", {"extra_frames", "gen_mse", "gen_mse_common"}),
+        ("reward", {"inference_accuracy", "imagination_accuracy", "scored_transitions"}),
+        ("reasoning", {"inference_accuracy", "imagination_accuracy", "scored_transitions"}),
+    ],
+)
+def test_evaluate_cli_end_to_end(trained, tmp_path, capsys, protocol, keys):
+    data, checkpoint = trained
+    args = ["evaluate", "--checkpoint", str(checkpoint), "--protocol", protocol, "--data", str(data),
+            "--split", "train", "--episodes", "3", "--out", str(tmp_path)]
+    assert main(args) == 0
+    result = json.loads((tmp_path / f"{protocol}.json").read_text())
+    assert keys <= set(result) and result["episodes"] == 3 and result["env"] == "fake-memory-teleport"
+    assert f"wrote {tmp_path / f'{protocol}.json'}" in capsys.readouterr().out
+    if protocol == "imagination":
+        assert len(result["gen_mse_per_step"]) == 5 and (tmp_path / "imagination.png").stat().st_size > 0
+        assert 0 <= result["recon_mse"] <= 3 * 16 * 16
+    if protocol == "recall":
+        # rows 0-6 are context plus the landing frame; 0..3 more observed leave 1 to imagine
+        assert result["extra_frames"] == [0, 1, 2, 3] and (tmp_path / "recall.png").is_file()
+
+
+def test_evaluate_errors_are_one_line(trained, tmp_path, capsys):
+    data, checkpoint = trained
+    other = tmp_path / "other"
+    generate("minigrid-empty-5x5", 3, other, size=16, log=lambda *_: None)
+    cases = [
+        (["--data", str(other)], "was trained on fake-memory-teleport"),
+        (["--data", str(tmp_path)], "is not a dataset"),
+        (["--data", str(data), "--protocol", "probing", "--split", "train", "--episodes", "1"], ""),
+    ]
+    for extra, message in cases:
+        args = {"--checkpoint": str(checkpoint), "--protocol": "imagination", "--out": str(tmp_path / "o")}
+        for key, value in zip(extra[::2], extra[1::2]):
+            args[key] = value
+        assert main(["evaluate", *[x for kv in args.items() for x in kv]]) == 2
+        err_text = capsys.readouterr().err
+        assert message in err_text and err_text.count("\n") == 1 and err_text.startswith("wmzoo: error:")
+
+
+def test_a_corrupt_test_episode_is_a_one_line_error(trained, tmp_path, capsys):
+    data, checkpoint = trained
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(data, copy)
+    entry = Manifest.read(copy).files[9]  # the test episode
+    (copy / entry.file).write_bytes(b"garbage")
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--protocol", "imagination",
+                 "--data", str(copy), "--out", str(tmp_path / "o")]) == 2
+    assert "checksum differs" in capsys.readouterr().err

@@ -1,0 +1,187 @@
+"""Aggregate metrics (Agarwal et al., 2021) against hand computations, the REM paper's Table 1,
+and a plain re-implementation of the stratified bootstrap; the Crafter score on fixed tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.cli import main
+from wmzoo.envs.atari import human_normalized_score
+from wmzoo.errors import WmzooError
+from wmzoo.eval import metrics
+
+# runs x games, chosen so every statistic is easy to work out by hand
+TABLE = np.array([
+    [0.1, 0.5, 1.2, 2.0],
+    [0.3, 0.7, 0.8, -0.1],
+    [0.2, 0.6, 1.0, 3.0],
+])
+
+
+def test_point_estimates_by_hand():
+    # per-game means over runs: 0.2, 0.6, 1.0, 4.9 / 3
+    assert metrics.aggregate_mean(TABLE) == pytest.approx((0.2 + 0.6 + 1.0 + 4.9 / 3) / 4)
+    assert metrics.aggregate_median(TABLE) == pytest.approx((0.6 + 1.0) / 2)
+    # 12 sorted scores: -0.1 0.1 0.2 | 0.3 0.5 0.6 0.7 0.8 1.0 | 1.2 2.0 3.0
+    assert metrics.aggregate_iqm(TABLE) == pytest.approx(3.9 / 6)
+    # min(score, 1) sums to 7.1 over the 12 scores
+    assert metrics.optimality_gap(TABLE) == pytest.approx(1 - 7.1 / 12)
+
+
+# REM Table 1: mean returns of IRIS and REM (5 runs each), and the paper's mean/median HNS
+IRIS = {"alien": 420.0, "amidar": 143.0, "assault": 1524.4, "asterix": 853.6, "bank_heist": 53.1,
+        "battle_zone": 13074.0, "boxing": 70.1, "breakout": 83.7, "chopper_command": 1565.0,
+        "crazy_climber": 59324.2, "demon_attack": 2034.4, "freeway": 31.1, "frostbite": 259.1,
+        "gopher": 2236.1, "hero": 7037.4, "jamesbond": 462.7, "kangaroo": 838.2, "krull": 6616.4,
+        "kung_fu_master": 21759.8, "ms_pacman": 999.1, "pong": 14.6, "private_eye": 100.0,
+        "qbert": 745.7, "road_runner": 9614.6, "seaquest": 661.3, "up_n_down": 3546.2}
+REM = {"alien": 607.2, "amidar": 95.3, "assault": 1764.2, "asterix": 1637.5, "bank_heist": 19.2,
+       "battle_zone": 11826.0, "boxing": 87.5, "breakout": 90.7, "chopper_command": 2561.2,
+       "crazy_climber": 76547.6, "demon_attack": 5738.6, "freeway": 32.3, "frostbite": 240.5,
+       "gopher": 5452.4, "hero": 6484.8, "jamesbond": 391.2, "kangaroo": 467.6, "krull": 4017.7,
+       "kung_fu_master": 25172.2, "ms_pacman": 962.5, "pong": 18.0, "private_eye": 99.6,
+       "qbert": 743.0, "road_runner": 14060.2, "seaquest": 1036.7, "up_n_down": 3757.6}
+
+
+@pytest.mark.parametrize(("returns", "mean", "median", "superhuman"),
+                         [(IRIS, 1.046, 0.289, 10), (REM, 1.222, 0.280, 12)])
+def test_rem_table1_mean_and_median(returns, mean, median, superhuman):
+    """Mean and median of per-game means need only Table 1's per-game averages."""
+    hns = np.array([[human_normalized_score(f"atari-{g}", s) for g, s in returns.items()]])
+    assert metrics.aggregate_mean(hns) == pytest.approx(mean, abs=5e-4)
+    assert metrics.aggregate_median(hns) == pytest.approx(median, abs=5e-4)
+    assert int((hns >= 1).sum()) == superhuman
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 7), st.integers(0, 2**31 - 1))
+def test_iqm_is_scipy_trim_mean(runs, games, seed):
+    stats = pytest.importorskip("scipy.stats")
+    scores = np.random.default_rng(seed).normal(size=(runs, games))
+    assert metrics.aggregate_iqm(scores) == pytest.approx(stats.trim_mean(scores, 0.25, axis=None))
+
+
+def _plain_bootstrap(scores, statistic, reps, seed):
+    """Loop by loop: per replicate and game, resample that game's runs with replacement."""
+    runs, games = scores.shape
+    idx = np.random.default_rng(seed).integers(0, runs, size=(reps, runs, games))
+    values = []
+    for r in range(reps):
+        sample = [[scores[idx[r, i, j], j] for j in range(games)] for i in range(runs)]
+        values.append(statistic(sample))
+    return np.percentile(values, [2.5, 97.5])
+
+
+def _plain_mean(sample):
+    return statistics.fmean(statistics.fmean(col) for col in zip(*sample))
+
+
+def _plain_median(sample):
+    return statistics.median(statistics.fmean(col) for col in zip(*sample))
+
+
+def _plain_iqm(sample):
+    flat = sorted(x for row in sample for x in row)
+    cut = len(flat) // 4
+    return statistics.fmean(flat[cut : len(flat) - cut])
+
+
+def _plain_gap(sample):
+    return 1 - statistics.fmean(min(x, 1.0) for row in sample for x in row)
+
+
+@pytest.mark.parametrize(("name", "plain"), [("mean", _plain_mean), ("median", _plain_median),
+                                             ("iqm", _plain_iqm), ("optimality_gap", _plain_gap)])
+def test_bootstrap_matches_plain_reimplementation(name, plain):
+    scores = np.random.default_rng(1).gamma(1.0, size=(5, 6))
+    point, low, high = metrics.bootstrap_ci(scores, metrics.METRICS[name], reps=300, seed=7)
+    assert point == pytest.approx(plain(scores.tolist()))
+    assert (low, high) == pytest.approx(tuple(_plain_bootstrap(scores, plain, 300, seed=7)))
+    assert low <= high
+
+
+def test_bootstrap_properties():
+    one_run = np.array([[0.2, 0.9, 1.5]])  # nothing to resample: the interval is the point
+    for statistic in metrics.METRICS.values():
+        point, low, high = metrics.bootstrap_ci(one_run, statistic, reps=50)
+        assert low == pytest.approx(point) and high == pytest.approx(point)
+    same_runs = np.tile([[0.1, 0.4, 2.0]], (4, 1))  # runs agree on every game
+    assert metrics.bootstrap_ci(same_runs, metrics.aggregate_mean, reps=50)[1:] == pytest.approx((0.8333333, 0.8333333))
+    noisy = np.random.default_rng(0).normal(1.0, 0.5, size=(10, 26))
+    a = metrics.aggregate(noisy, reps=2000, seed=3)
+    assert all(i.low < i.estimate < i.high for i in a.values())
+    assert a["mean"].high - a["mean"].low < 0.2  # ~ 4 standard errors of 0.5 / sqrt(260)
+    assert metrics.aggregate(noisy, reps=2000, seed=3) == a  # seeded
+
+
+def test_score_matrix_and_errors():
+    games, matrix = metrics.score_matrix({"b": [1.0, 2.0], "a": [3.0, 4.0]})
+    assert games == ["a", "b"] and matrix.tolist() == [[3.0, 1.0], [4.0, 2.0]]
+    with pytest.raises(WmzooError, match="same number"):
+        metrics.score_matrix({"a": [1.0], "b": [1.0, 2.0]})
+    with pytest.raises(WmzooError, match="matrix"):
+        metrics.bootstrap_ci(np.zeros(3), metrics.aggregate_mean)
+    with pytest.raises(WmzooError, match="unknown metric"):
+        metrics.aggregate(TABLE, ["mode"])
+
+
+def test_crafter_score_on_fixed_tables():
+    assert metrics.crafter_score([100.0] * 22) == pytest.approx(100.0)
+    assert metrics.crafter_score([0.0] * 22) == 0.0
+    # one achievement always unlocked, 21 never: 101 ** (1 / 22) - 1
+    assert metrics.crafter_score([100.0] + [0.0] * 21) == pytest.approx(101 ** (1 / 22) - 1)
+    rates = [90.0, 50.0, 10.0, 1.0]
+    expected = math.exp(sum(math.log(1 + s) for s in rates) / 4) - 1
+    assert metrics.crafter_score(dict(zip("abcd", rates))) == pytest.approx(expected)
+    assert metrics.crafter_score(rates) < statistics.fmean(rates)  # geometric below arithmetic
+    with pytest.raises(WmzooError, match="percent"):
+        metrics.crafter_score([0.5, 120.0])
+
+
+def test_success_rates():
+    episodes = [["collect_wood", "wake_up"], ["collect_wood"], [], ["collect_wood", "place_table"]]
+    rates = metrics.success_rates(episodes, ["collect_wood", "place_table", "wake_up", "eat_cow"])
+    assert rates == {"collect_wood": 75.0, "place_table": 25.0, "wake_up": 25.0, "eat_cow": 0.0}
+
+
+def _eval_file(tmp_path, name, env, ret, hns=None, backbone="rssm", preset="paper"):
+    payload = {"checkpoint": "x", "env": env, "backbone": backbone, "preset": preset, "seed": 0,
+               "mean_return": ret, "episodes": []}
+    if hns is not None:
+        payload["human_normalized_score"] = hns
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(payload))
+    return str(path)
+
+
+def test_aggregate_cli(tmp_path, capsys):
+    hns = {("atari-pong", 0): 0.2, ("atari-pong", 1): 0.6, ("atari-boxing", 0): 1.5, ("atari-boxing", 1): 0.9}
+    files = [_eval_file(tmp_path, f"{env}-{seed}", env, 0.0, h) for (env, seed), h in hns.items()]
+    files.append(_eval_file(tmp_path, "crafter", "crafter", 4.5, backbone="s4wm"))
+    out_json = tmp_path / "agg.json"
+    assert main(["aggregate", *files, "--reps", "500", "--json", str(out_json)]) == 0
+    groups = {g["group"]: g for g in json.loads(out_json.read_text())}
+    atari = groups["rssm:paper"]
+    assert atari["score"] == "human_normalized_score" and atari["runs"] == 2
+    assert atari["games"] == ["atari-boxing", "atari-pong"]
+    assert atari["metrics"]["mean"]["estimate"] == pytest.approx((0.4 + 1.2) / 2)
+    assert atari["metrics"]["optimality_gap"]["estimate"] == pytest.approx(1 - (0.2 + 0.6 + 1 + 0.9) / 4)
+    crafter = groups["s4wm:paper"]
+    assert crafter["score"] == "mean_return" and "optimality_gap" not in crafter["metrics"]
+    assert crafter["metrics"]["iqm"] == {"estimate": 4.5, "low": 4.5, "high": 4.5}
+    out = capsys.readouterr().out
+    assert "rssm:paper" in out and "HNS" in out and "bootstrap" in out
+
+    ragged = files[:3]
+    assert main(["aggregate", *ragged, "--reps", "10"]) == 2
+    assert "same number" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["aggregate", str(tmp_path / "bad.json")]) == 2
+    assert "not a wmzoo eval JSON" in capsys.readouterr().err

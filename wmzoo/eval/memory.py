@@ -1,0 +1,443 @@
+"""The s4wm paper's memory metrics of a trained world model on an offline dataset (section 5).
+
+Every protocol reads test episodes of ``wmzoo data generate`` (context phase, then query phase)
+and drives the world model only through :class:`~wmzoo.interfaces.WorldModel`
+(``observe_step``, ``imagine_step`` via :func:`wmzoo.imagination.imagine`, ``decode``):
+
+- ``imagination`` (5.3, Table 1, Figure 5; also Table 3 for Multi Doors Keys): observe the context
+  phase, imagine the query phase under its recorded actions. *Recon. MSE* averages over the
+  context frames the error of the decoded posterior state; *Gen. MSE* over the query frames the
+  error of the imagined frame; the per-step curve is the Gen. MSE at each imagination step.
+- ``recall`` (5.4, Figure 6): teleport datasets (``info_teleport_to``). Observe the context through
+  the first frame after the teleport plus ``k = 0..20`` more frames, then imagine the rest of the
+  query; Gen. MSE per ``k``.
+- ``reward`` (5.5, Table 2): Distracting Memory reward prediction accuracy. *Inference*: the model
+  observes the whole episode and the reward of transition ``t`` is the one-step prediction
+  ``imagine_step(posterior state at t, action[t])``; *imagination*: the model observes the context
+  and the rewards of the query transitions are those predicted while imagining it. Scored
+  transitions: the query's episode-ending ones (the reward is given when the agent reaches a
+  square; chance is 50 %).
+- ``reasoning`` (5.6): the same two accuracies for the query's unlock attempts in Multi Doors
+  Keys (the paper reports Gen. MSE there, Table 3, which ``imagination`` gives; the env pays 1 for
+  an unlock that opens a door). Attempts: the transitions the env flags with
+  ``info["unlock_attempt"]``, else those taking the one action every rewarded transition took.
+- ``probing`` (appendix C, Table 6): :func:`wmzoo.eval.probing.run_probing`, probes fitted on the
+  train split and reported on the evaluated split.
+
+Error unit (the paper's): per image, the **sum** over pixels and channels of the squared error
+between images scaled to ``[0, 1]`` (uint8 / 255), averaged over frames and episodes; a 64x64x3
+image of constant error 0.1 scores 12288 · 0.01 = 122.88. This is the DreamerV3 / pydreamer image
+log-likelihood's sum convention that the paper's Table 1 values (1.5–360 for 64x64x3 frames) are
+in. A predicted reward counts as right when it is within 0.5 of the recorded one (rewards are 0/1
+in both tasks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from wmzoo.data.generate import Manifest, iter_episodes, load_episodes
+from wmzoo.errors import MissingDependencyError, WmzooError
+from wmzoo.imagination import imagine, replay_actions
+from wmzoo.interfaces import Batch, State, WorldModel
+
+PROTOCOLS = ("imagination", "recall", "reward", "reasoning", "probing")
+MAX_EXTRA_FRAMES = 20
+"""Section 5.4: "we provide up to 20 observations after the teleport as additional contexts"."""
+TELEPORT_KEY = "info_teleport_to"
+REPLAY_KEY = "info_replay"
+ATTEMPT_KEY = "info_unlock_attempt"
+BATCH = 16  # episodes of equal length evaluated together
+
+
+# --------------------------------------------------------------------------- errors and accuracy
+
+
+def image_error(real: np.ndarray, model: np.ndarray) -> np.ndarray:
+    """Per-image sum of squared error of uint8 images scaled to ``[0, 1]``: ``[..., C, H, W]``
+    -> ``[...]``. Summed exactly in integers one image at a time (no float copy of a batch)."""
+    lead, shape = real.shape[:-3], real.shape[-3:]
+    real, model = real.reshape(-1, int(np.prod(shape))), model.reshape(-1, int(np.prod(shape)))
+    out = np.empty(len(real))
+    for i in range(len(real)):
+        diff = real[i].astype(np.int64) - model[i]
+        out[i] = diff @ diff
+    return out.reshape(lead) / 255.0**2
+
+
+def reward_correct(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Whether each predicted reward is within 0.5 of the recorded 0/1 reward."""
+    return np.abs(predicted - target) < 0.5
+
+
+# --------------------------------------------------------------------------- model rollouts
+
+
+@dataclass
+class Observed:
+    """What filtering rows ``[start, stop)`` gave: the state after them, the decoded posterior
+    frames ``[B, n, C, H, W]`` and the one-step reward predictions ``[B, n]`` of the transitions
+    that leave those rows (each ``None`` unless asked for)."""
+
+    state: State
+    frames: np.ndarray | None
+    rewards: np.ndarray | None
+
+
+@torch.no_grad()
+def observe_rows(
+    wm: WorldModel, batch: Batch, start: int, stop: int, state: State | None = None,
+    *, decode: bool = False, rewards_at: Collection[int] = (),
+) -> Observed:
+    """Filter rows ``[start, stop)`` of ``batch`` (from ``state``, the initial state at row 0).
+
+    ``rewards_at``: rows ``t`` whose transition's reward is predicted, one step ahead from the
+    filtered state under the recorded ``action[t]``; ``rewards`` is ``[B, stop − start]``, NaN at
+    the other rows (``None`` when no row is asked for)."""
+    B = batch.shape[0]
+    state = wm.initial_state(B) if state is None else state
+    frames = []
+    predicted = np.full((B, stop - start), np.nan, np.float32) if len(rewards_at) else None
+    wanted = set(rewards_at)
+    for t in range(start, stop):
+        prev = batch.action[:, t - 1] if t > 0 else torch.zeros_like(batch.action[:, 0])
+        state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+        if decode:
+            frames.append(wm.decode(state).cpu())
+        if predicted is not None and t in wanted:
+            predicted[:, t - start] = wm.imagine_step(state, batch.action[:, t]).reward.float().cpu().numpy()
+    return Observed(state, torch.stack(frames, 1).numpy() if decode else None, predicted)
+
+
+@torch.no_grad()
+def imagine_rows(wm: WorldModel, state: State, actions: torch.Tensor, *, decode: bool = True
+                 ) -> tuple[np.ndarray | None, np.ndarray]:
+    """Imagine one step per action ``[B, H]`` from ``state``: decoded frames ``[B, H, C, H, W]``
+    (``None`` unless ``decode``) and predicted rewards ``[B, H]``."""
+    traj = imagine(wm, replay_actions(actions.transpose(0, 1)), state, actions.shape[1], decode=decode)
+    frames = traj.images[1:].transpose(0, 1).cpu().numpy() if traj.images is not None else None
+    return frames, traj.rewards.transpose(0, 1).float().cpu().numpy()
+
+
+# --------------------------------------------------------------------------- protocols
+
+
+Batches = Iterator[tuple[Batch, dict[str, np.ndarray], int]]
+"""Batches of episodes with their ``info_<key>`` arrays and their number of context rows."""
+
+
+def imagination_metrics(wm: WorldModel, batches: Batches) -> dict[str, Any]:
+    """Recon. MSE over the context, Gen. MSE over the query and Gen. MSE per imagination step."""
+    recon, gen = _Mean(), _Mean()
+    per_step: dict[int, _Mean] = {}
+    for batch, _, context in batches:
+        real = batch.obs.numpy()
+        seen = observe_rows(wm, batch.to(_device(wm)), 0, context, decode=True)
+        frames, _ = imagine_rows(wm, seen.state, batch.action[:, context - 1 : -1].to(_device(wm)))
+        recon.add(image_error(real[:, :context], seen.frames))
+        errors = image_error(real[:, context:], frames)  # [B, query]
+        gen.add(errors)
+        for j in range(errors.shape[1]):
+            per_step.setdefault(j, _Mean()).add(errors[:, j])
+    steps = sorted(per_step)
+    return {"recon_mse": recon.value, "gen_mse": gen.value, "episodes": recon.episodes,
+            "gen_mse_per_step": [per_step[j].value for j in steps]}
+
+
+def recall_metrics(wm: WorldModel, episodes: Iterator[dict[str, np.ndarray]], extra: int = MAX_EXTRA_FRAMES
+                   ) -> dict[str, Any]:
+    """Gen. MSE of the recall after a teleport with ``k = 0..extra`` more observed frames: over all
+    imagined frames (``gen_mse``) and over the frames after the last ``k`` (``gen_mse_common``,
+    the same frames for every ``k``). Where the env marks the rows that replay its history
+    (``info_replay``), only those are compared."""
+    gen: dict[int, _Mean] = {}
+    common: dict[int, _Mean] = {}
+    count = 0
+    for episode in episodes:
+        landing = teleport_row(episode)
+        T = len(episode["reward"])
+        last = min(extra, T - landing - 2)  # at least one frame is left to imagine
+        if last < 0:
+            raise WmzooError(f"episode has no query frame to imagine after the teleport at row {landing}")
+        batch = _batch([episode])[0].to(_device(wm))
+        real = episode["obs"]
+        compare = episode[REPLAY_KEY] if REPLAY_KEY in episode else np.ones(T, bool)
+        # the states after the landing frame plus k = 0..last more, imagined as one batch
+        seen = observe_rows(wm, batch, 0, landing + 1)
+        states = [seen.state]
+        for k in range(1, last + 1):
+            states.append(observe_rows(wm, batch, landing + k, landing + k + 1, states[-1]).state)
+        start = {key: torch.cat([s[key] for s in states]) for key in states[0]}
+        horizon = T - landing - 1
+        actions = batch.action.new_zeros((last + 1, horizon, *batch.action.shape[2:]))
+        for k in range(last + 1):  # row landing + 1 + k follows action[landing + k]; zeros pad
+            actions[k, : horizon - k] = batch.action[0, landing + k : -1]
+        frames, _ = imagine_rows(wm, start, actions)
+        for k in range(last + 1):
+            first = landing + 1 + k  # the first imagined row
+            errors = image_error(real[first:], frames[k, : horizon - k])
+            compared = compare[first:]
+            gen.setdefault(k, _Mean()).add(errors[compared])
+            common.setdefault(k, _Mean()).add(errors[last - k :][compared[last - k :]])
+        count += 1
+    ks = sorted(gen)
+    return {"extra_frames": ks, "gen_mse": [gen[k].value for k in ks],
+            "gen_mse_common": [common[k].value for k in ks], "episodes": count}
+
+
+def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dict[str, Any]:
+    """Inference and imagination accuracy of the predicted rewards of the scored query transitions:
+    the episode-ending ones (``scored=None``) or the attempts (``scored=ATTEMPT_KEY``, see
+    :func:`attempts`)."""
+    inference, imagination, n = [], [], 0
+    for batch, extras, context in batches:
+        marks = _marks(batch, extras, scored)
+        device = _device(wm)
+        T = batch.shape[1]
+        # transition t leaves row t; the query's transitions are t = context - 1 .. T - 2
+        target = batch.reward.numpy()[:, context - 1 : -1]
+        mask = marks[:, context - 1 : -1]
+        scored_rows = (np.flatnonzero(mask.any(0)) + context - 1).tolist()
+        on_device = batch.to(device)
+        seen = observe_rows(wm, on_device, 0, context - 1)
+        # inference: keep observing through the query, predicting the scored transitions' rewards
+        full = observe_rows(wm, on_device, context - 1, T - 1, seen.state, rewards_at=scored_rows)
+        seen = observe_rows(wm, on_device, context - 1, context, seen.state)
+        _, imagined = imagine_rows(wm, seen.state, batch.action[:, context - 1 : -1].to(device), decode=False)
+        inference.append(reward_correct(full.rewards, target)[mask] if full.rewards is not None
+                         else np.zeros(0, bool))
+        imagination.append(reward_correct(imagined, target)[mask])
+        n += batch.shape[0]
+    inf, ima = np.concatenate(inference), np.concatenate(imagination)
+    if inf.size == 0:
+        what = "episode-ending" if scored is None else f"{scored}-marked"
+        raise WmzooError(f"the evaluated episodes have no {what} query transitions to score")
+    return {"inference_accuracy": float(inf.mean()), "imagination_accuracy": float(ima.mean()),
+            "scored_transitions": int(inf.size), "episodes": n}
+
+
+def _marks(batch: Batch, extras: dict[str, np.ndarray], scored: str | None) -> np.ndarray:
+    """``[B, T]``: which transitions are scored (transition ``t`` leaves row ``t``)."""
+    return batch.terminal.numpy().copy() if scored is None else attempts(batch, extras, scored)
+
+
+def attempts(batch: Batch, extras: dict[str, np.ndarray], key: str = ATTEMPT_KEY) -> np.ndarray:
+    """``[B, T]``: the transitions that attempt what the reward pays for (Multi Doors Keys: an
+    unlock). The env's per-step ``info`` flag ``key`` when it gives one; else every transition
+    taking the action that all rewarded transitions of the batch took (in Multi Doors Keys only an
+    unlock that opens a door is rewarded, so that action is *unlock* and the transitions taking it
+    are the attempts, successful or not)."""
+    marks = np.zeros(batch.shape, bool)
+    if key in extras:
+        marks[:, :-1] = extras[key][:, 1:] > 0  # the info of transition t comes with row t + 1
+        return marks
+    rewarded = np.unique(batch.action.numpy()[batch.reward.numpy() > 0])
+    if batch.action.dim() != 2 or len(rewarded) != 1:
+        raise WmzooError(
+            f"cannot tell the attempts: the dataset has no {key} and its rewarded transitions take "
+            f"{len(rewarded)} different actions (expected one discrete action, e.g. Multi Doors Keys' unlock)"
+        )
+    return batch.action.numpy() == rewarded[0]
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+def context_rows(episode: dict[str, np.ndarray], manifest: Manifest) -> int:
+    """Observations in the context phase: the leading ``phase == 0`` rows, else the env's
+    ``context_length``; one-line error for datasets without phases."""
+    if "phase" in episode:
+        context = int(np.argmax(episode["phase"] != 0)) if (episode["phase"] != 0).any() else len(episode["phase"])
+    elif manifest.context_length is not None:
+        context = manifest.context_length
+    else:
+        raise WmzooError(
+            f"the dataset of {manifest.args.env} has no context/query phases (its env has no "
+            "scripted policy); the memory protocols need a memory-task dataset"
+        )
+    if not 1 <= context < len(episode["reward"]):
+        raise WmzooError(f"an episode of {len(episode['reward'])} rows has {context} context rows; "
+                         "it needs at least one of each phase")
+    return context
+
+
+def teleport_row(episode: dict[str, np.ndarray]) -> int:
+    """The row of the first observation after the teleport (its info names ``teleport_to``)."""
+    if TELEPORT_KEY not in episode or not (episode[TELEPORT_KEY] >= 0).any():
+        raise WmzooError("the recall protocol needs a teleport dataset (e.g. two-rooms-teleport): "
+                         f"its episodes have no {TELEPORT_KEY}")
+    return int(np.argmax(episode[TELEPORT_KEY] >= 0))
+
+
+def _batch(episodes: Sequence[dict[str, np.ndarray]]) -> tuple[Batch, dict[str, np.ndarray]]:
+    batch = Batch(**{key: torch.from_numpy(np.stack([e[key] for e in episodes]))
+                     for key in ("obs", "action", "reward", "terminal", "is_first")})
+    extras = {key: np.stack([e[key] for e in episodes]) for key in episodes[0] if key.startswith("info_")}
+    return batch, extras
+
+
+def batches(episodes: Iterator[dict[str, np.ndarray]], manifest: Manifest, size: int = BATCH) -> Batches:
+    """Consecutive episodes of equal length and context in batches of up to ``size``."""
+    group: list[dict[str, np.ndarray]] = []
+    context = 0
+    for episode in episodes:
+        this = context_rows(episode, manifest)
+        if group and (len(group) == size or this != context
+                      or len(episode["reward"]) != len(group[0]["reward"])):
+            yield (*_batch(group), context)
+            group = []
+        group.append(episode)
+        context = this
+    if group:
+        yield (*_batch(group), context)
+
+
+class _Mean:
+    """A running mean of per-frame errors (and the number of episodes added)."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.episodes = 0.0, 0, 0
+
+    def add(self, values: np.ndarray) -> None:
+        self.total += float(values.sum())
+        self.count += values.size
+        self.episodes += values.shape[0] if values.ndim > 1 else 1
+
+    @property
+    def value(self) -> float:
+        return self.total / self.count if self.count else float("nan")
+
+
+def _device(wm: WorldModel) -> torch.device:
+    return next(wm.parameters()).device
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def evaluate_memory(
+    checkpoint: str | Path, protocol: str, data: str | Path, out: str | Path, *,
+    split: str = "test", episodes: int | None = None, log: Any = print,
+) -> dict[str, Any]:
+    """Run ``protocol`` for ``checkpoint`` on ``split`` of the dataset ``data``; writes
+    ``<out>/<protocol>.json`` (and a PNG curve for imagination and recall) and returns the
+    results."""
+    from wmzoo.eval.rollout import load_agent
+    from wmzoo.train.checkpoint import write_text_atomic
+
+    if protocol not in PROTOCOLS:
+        raise WmzooError(f"unknown protocol '{protocol}'; expected one of {', '.join(PROTOCOLS)}")
+    manifest = Manifest.read(Path(data))
+    agent = load_agent(checkpoint)
+    if (tuple(agent.env.obs_shape), agent.env.num_actions, agent.env.discrete) != (
+        tuple(manifest.env_info.obs_shape), manifest.env_info.num_actions, manifest.env_info.discrete
+    ):
+        raise WmzooError(
+            f"checkpoint {checkpoint} was trained on {agent.env.name} {list(agent.env.obs_shape)} "
+            f"with {agent.env.num_actions} actions; the dataset holds {manifest.args.env} "
+            f"{list(manifest.env_info.obs_shape)} with {manifest.env_info.num_actions}"
+        )
+    wm = agent.world_model
+    wm.eval()
+    stream = iter_episodes(data, split, episodes)
+    if protocol == "imagination":
+        results = imagination_metrics(wm, batches(stream, manifest))
+    elif protocol == "recall":
+        results = recall_metrics(wm, stream)
+    elif protocol == "reward":
+        results = reward_accuracy(wm, batches(stream, manifest), None)
+    elif protocol == "reasoning":
+        results = reward_accuracy(wm, batches(stream, manifest), ATTEMPT_KEY)
+    else:
+        results = _probing(agent, data, split, episodes)
+    payload = {"protocol": protocol, "checkpoint": str(checkpoint), "data": str(data), "split": split,
+               "env": manifest.args.env, "backbone": agent.run.backbone, **results}
+    out = Path(out)
+    path = write_text_atomic(out / f"{protocol}.json", json.dumps(payload, indent=2))
+    for line in summary(results):
+        log(line)
+    log(f"wrote {path}")
+    if protocol == "imagination":
+        curve = results["gen_mse_per_step"]
+        log(f"wrote {line_plot(out / 'imagination.png', range(1, len(curve) + 1), curve, 'imagination step', 'Gen. MSE')}")
+    elif protocol == "recall":
+        x, y = results["extra_frames"], results["gen_mse"]
+        log(f"wrote {line_plot(out / 'recall.png', x, y, 'observations after the teleport', 'Gen. MSE')}")
+    return payload
+
+
+def _probing(agent: Any, data: str | Path, split: str, episodes: int | None) -> dict[str, Any]:
+    try:
+        from wmzoo.eval.probing import run_probing
+    except ImportError as exc:
+        raise MissingDependencyError(f"the probing protocol is unavailable: {exc}") from None
+    _, train = load_episodes(data, "train", episodes)
+    _, test = load_episodes(data, split, episodes)
+    return dict(run_probing(agent, train, test))
+
+
+def summary(results: dict[str, Any]) -> list[str]:
+    """Printable lines of a protocol's headline numbers."""
+    lines = []
+    for key in ("recon_mse", "gen_mse", "inference_accuracy", "imagination_accuracy"):
+        value = results.get(key)
+        if isinstance(value, float):
+            pct = "accuracy" in key
+            lines.append(f"{key}: {100 * value:.1f}%" if pct else f"{key}: {value:.3f}")
+        elif isinstance(value, list):
+            pairs = ", ".join(f"{k}: {v:.3f}" for k, v in zip(results["extra_frames"], value))
+            lines.append(f"{key} by observations after the teleport: {pairs}")
+    for key, value in results.items():
+        if key not in ("recon_mse", "gen_mse", "inference_accuracy", "imagination_accuracy",
+                       "gen_mse_per_step", "extra_frames", "gen_mse_common") and isinstance(value, (int, float)):
+            lines.append(f"{key}: {value:g}")
+    return lines
+
+
+def line_plot(path: str | Path, x: Sequence[float], y: Sequence[float], xlabel: str, ylabel: str,
+              width: int = 640, height: int = 400) -> Path:
+    """A line chart as a PNG (PIL only; matplotlib is not a dependency), written atomically."""
+    import os
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    left, right, top, bottom = 70, width - 20, 20, height - 50
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    finite = ys[np.isfinite(ys)]
+    y_max = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    x_min, x_max = float(xs.min()), float(xs.max()) if xs.max() > xs.min() else float(xs.min()) + 1
+
+    def to_px(a: float, b: float) -> tuple[float, float]:
+        return (left + (a - x_min) / (x_max - x_min) * (right - left), bottom - b / y_max * (bottom - top))
+
+    draw.line([(left, top), (left, bottom), (right, bottom)], fill="black")
+    for i in range(5):
+        value = y_max * i / 4
+        _, py = to_px(x_min, value)
+        draw.line([(left - 4, py), (left, py)], fill="black")
+        draw.text((5, py - 6), f"{value:.3g}", fill="black")
+        vx = x_min + (x_max - x_min) * i / 4
+        px, _ = to_px(vx, 0)
+        draw.line([(px, bottom), (px, bottom + 4)], fill="black")
+        draw.text((px - 10, bottom + 8), f"{vx:.4g}", fill="black")
+    points = [to_px(a, b) for a, b in zip(xs, ys) if np.isfinite(b)]
+    if len(points) > 1:
+        draw.line(points, fill=(30, 90, 200), width=2)
+    for px, py in points if len(points) <= 40 else []:
+        draw.ellipse([px - 2, py - 2, px + 2, py + 2], fill=(30, 90, 200))
+    draw.text(((left + right) // 2 - 60, height - 22), xlabel, fill="black")
+    draw.text((left + 5, 2), ylabel, fill="black")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    image.save(tmp)
+    os.replace(tmp, path)
+    return path
