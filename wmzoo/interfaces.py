@@ -155,6 +155,10 @@ class TrainOutput:
     start: State  # states imagination starts from, batch-flattened [N, ...], detached
     start_cont: Tensor  # [N] whether each start state is non-terminal (1.0) or terminal (0.0)
     carry: State | None = None  # last state of each row, detached, when training is stateful
+    # features [N, T_c, *F] of the real steps just before each start state, for policies that
+    # burn in a recurrent state (Policy.burn_in), and is_first [N, T_c + 1] of them and the start
+    context: Tensor | None = None
+    context_first: Tensor | None = None
 
 
 @dataclass
@@ -280,6 +284,11 @@ class Policy(nn.Module, ABC):
     def initial_state(self, batch_size: int) -> State:
         """Recurrent policy state (empty for feed-forward policies)."""
         return {}
+
+    def burn_in(self, features: Tensor, is_first: Tensor) -> State:
+        """The policy state at imagination start after the real context ``features [N, T_c, *F]``
+        (``is_first [N, T_c + 1]`` of those steps and the start step). The default ignores it."""
+        return self.initial_state(features.shape[0])
 
     @abstractmethod
     def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:

@@ -48,15 +48,22 @@ class Agent(nn.Module):
 
     def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:
         """Imagine from the batch's start states and let the policy learn from it."""
-        start, cont = out.start, out.start_cont
+        start, cont, context, first = out.start, out.start_cont, out.context, out.context_first
         limit = self.policy.spec.max_starts
         n = cont.shape[0]
         if limit and n > limit:
             keep = torch.randperm(n, generator=generator)[:limit].to(cont.device)
             start, cont = index_state(start, keep), cont[keep]
+            if context is not None and first is not None:
+                context, first = context[keep], first[keep]
+        pstate = None
+        if context is not None and first is not None:
+            with torch.no_grad():
+                pstate = self.policy.burn_in(context, first)
         self.world_model.eval()
         trajectory = imagine(
-            self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont
+            self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont,
+            policy_state=pstate,
         )
         metrics = self.policy.learn(trajectory)
         metrics["imagined_reward"] = float(trajectory.rewards.mean())

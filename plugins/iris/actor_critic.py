@@ -1,0 +1,166 @@
+"""IRIS's actor-critic (``iris-ac``): a CNN and an LSTM on reconstructed frames, REINFORCE with a
+value baseline on λ-returns and an entropy bonus.
+
+Micheli et al. 2023 (IRIS), section 2.3 and appendix E, and its code (eloialonso/iris
+``actor_critic.py``); the same objective is REM's appendix A.1.2 (table 5: γ 0.995, λ 0.95,
+entropy weight 0.001)::
+
+    G_t = r̂_t + γ (1 − d̂_t) ((1 − λ) V(x̂_{t+1}) + λ G_{t+1}),   G_H = V(x̂_H)
+    L_V = E Σ_t (V(x̂_t) − sg(G_t))²
+    L_π = −E Σ_t [ln π(a_t | x̂_≤t) sg(G_t − V(x̂_t)) + α H(π(· | x̂_≤t))]
+
+Network: 4 × [3×3 conv, 2×2 max-pool, ReLU] with 32, 32, 64, 64 channels on frames scaled to
+``[-1, 1]``, flattened (1024 for 64×64) → ``LSTMCell`` 512 → linear actor and critic heads, one
+optimizer for both (IRIS: Adam lr 1e-4, clip 10). Burn-in: before imagining, the LSTM runs over
+the reconstructions of the ``burn_in`` real frames preceding each start (IRIS: 20), reset at
+episode starts (:meth:`IrisActorCritic.burn_in`, fed by the world model's ``context``).
+
+Deviations: the losses are weighted by the imagination engine's termination weights (products of
+continues) where IRIS masks steps after a sampled end; the value loss is averaged over steps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor, nn
+from torch.distributions import Categorical
+
+from wmzoo.agents.returns import lambda_returns
+from wmzoo.errors import WmzooError
+from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
+from wmzoo.specs import OptimSpec, PolicySpec
+from wmzoo.train.optim import Optimizer
+
+
+class IrisActorCriticSpec(PolicySpec):
+    """IRIS actor-critic hyperparameters (defaults: IRIS / REM table 5)."""
+
+    gamma: float = Field(0.995, gt=0, le=1, description="discount γ")
+    lam: float = Field(0.95, ge=0, le=1, description="λ of the λ-returns")
+    entropy: float = Field(0.001, ge=0, le=1, description="entropy weight α")
+    channels: tuple[int, ...] = Field(
+        (32, 32, 64, 64), min_length=1, description="channels of the conv + max-pool stages"
+    )
+    lstm: int = Field(512, ge=1, le=8192, description="LSTM cell size")
+    optim: OptimSpec = Field(
+        default_factory=lambda: OptimSpec(lr=1e-4, clip=10.0), description="actor-critic optimizer"
+    )
+
+
+class IrisActorCritic(Policy):
+    """Shared CNN + LSTM trunk, linear actor and critic heads."""
+
+    spec: IrisActorCriticSpec
+
+    def __init__(self, spec: IrisActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
+        super().__init__()
+        if not env.discrete:
+            raise WmzooError(f"policy 'iris-ac' needs discrete actions; env {env.name!r} is continuous")
+        if len(feature_shape) != 3:
+            raise WmzooError(
+                f"policy 'iris-ac' reads images [C, H, W], but the backbone's features have shape "
+                f"{tuple(feature_shape)}; use it with a backbone whose features are frames (iris)"
+            )
+        c, h, w = feature_shape
+        if h % 2 ** len(spec.channels) or w % 2 ** len(spec.channels):
+            raise WmzooError(f"policy 'iris-ac': image {h}x{w} does not divide by 2**{len(spec.channels)} (max-pools)")
+        self.spec, self.env = spec, env
+        layers: list[nn.Module] = []
+        for out in spec.channels:
+            layers += [nn.Conv2d(c, out, 3, 1, 1), nn.MaxPool2d(2, 2), nn.ReLU()]
+            c = out
+        self.cnn = nn.Sequential(*layers, nn.Flatten())
+        flat = c * (h // 2 ** len(spec.channels)) * (w // 2 ** len(spec.channels))
+        self.lstm = nn.LSTMCell(flat, spec.lstm)
+        self.actor = nn.Linear(spec.lstm, env.num_actions)
+        self.critic = nn.Linear(spec.lstm, 1)
+        self._optimizer = Optimizer(self.parameters(), spec.optim)
+
+    def initial_state(self, batch_size: int) -> State:
+        device = self.critic.weight.device
+        zeros = torch.zeros(batch_size, self.spec.lstm, device=device)
+        return {"h": zeros, "c": zeros.clone()}
+
+    def step(self, frames: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
+        """Logits ``[B, A]``, value ``[B]`` and the next state for frames ``[B, C, H, W]`` in [0, 1]."""
+        h, c = self.lstm(self.cnn(frames * 2.0 - 1.0), (state["h"], state["c"]))
+        return self.actor(h), self.critic(h).squeeze(-1), {"h": h, "c": c}
+
+    def _reset(self, state: State, first: Tensor) -> State:
+        keep = (~first).float().unsqueeze(-1)
+        return {k: v * keep for k, v in state.items()}
+
+    def burn_in(self, features: Tensor, is_first: Tensor) -> State:
+        """Run the LSTM over the real context's reconstructions, resetting at episode starts."""
+        state = self.initial_state(features.shape[0])
+        for t in range(features.shape[1]):
+            state = self._reset(state, is_first[:, t])
+            _, _, state = self.step(features[:, t], state)
+        return self._reset(state, is_first[:, -1])
+
+    @torch.no_grad()
+    def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:
+        if not state:
+            state = self.initial_state(features.shape[0])
+        logits, _, state = self.step(features, state)
+        action = Categorical(logits=logits).sample() if sample else logits.argmax(-1)
+        return action, state
+
+    def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
+        """``L_π + L_V`` of an imagined trajectory, rerun through the LSTM from its start state."""
+        features = trajectory.features.detach()
+        state = trajectory.policy_state or self.initial_state(features.shape[1])
+        logits, values = [], []
+        for t in range(features.shape[0]):
+            lg, v, state = self.step(features[t], state)
+            logits.append(lg)
+            values.append(v)
+        logits_t, values_t = torch.stack(logits[:-1]), torch.stack(values)  # [H, B, A], [H + 1, B]
+        weights = trajectory.weights.detach()[:-1]
+        with torch.no_grad():
+            returns = lambda_returns(
+                trajectory.rewards.detach(), trajectory.conts.detach(), values_t.detach(),
+                self.spec.gamma, self.spec.lam,
+            )
+            advantages = returns - values_t[:-1].detach()
+        dist = Categorical(logits=logits_t)
+        log_prob = dist.log_prob(trajectory.actions.detach().long())
+        entropy = dist.entropy()
+        norm = weights.sum().clamp(min=1.0)
+        actor = -(weights * log_prob * advantages).sum() / norm
+        ent = -(weights * entropy).sum() / norm
+        critic = (weights * F.mse_loss(values_t[:-1], returns, reduction="none")).sum() / norm
+        loss = actor + self.spec.entropy * ent + critic
+        metrics = {
+            "actor_loss": actor.item(),
+            "critic_loss": critic.item(),
+            "entropy": entropy.mean().item(),
+            "return_mean": returns.mean().item(),
+            "value_mean": values_t[:-1].mean().item(),
+        }
+        return loss, metrics
+
+    def learn(self, trajectory: Trajectory) -> dict[str, float]:
+        loss, metrics = self.losses(trajectory)
+        metrics["grad_norm"] = self._optimizer.step(loss)
+        return metrics
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor_critic": self._optimizer.opt}
+
+
+PRESETS: dict[str, IrisActorCriticSpec] = {
+    # CPU tests: a small CNN and LSTM, short horizon.
+    "tiny": IrisActorCriticSpec(horizon=8, channels=(8, 8, 16, 16), lstm=64, max_starts=16,
+                                optim=OptimSpec(lr=3e-4, clip=10.0)),
+    "small": IrisActorCriticSpec(horizon=15, channels=(16, 16, 32, 32), lstm=256,
+                                 optim=OptimSpec(lr=1e-4, clip=10.0)),
+    # IRIS: H = 20, γ 0.995, λ 0.95, entropy 0.001, Adam 1e-4, clip 10.
+    "paper": IrisActorCriticSpec(horizon=20),
+    # REM table 2 / 3 / 5: H = 10; actor-critic lr 1e-4, clip 3, wd 0.01.
+    "rem-config": IrisActorCriticSpec(
+        horizon=10, optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=3.0)
+    ),
+}

@@ -1,0 +1,360 @@
+"""REM: a retentive token world model with Parallel Observation Prediction (POP).
+
+Paper:
+    Cohen, Kaufmann, Mannor, "Improving Token-Based World Models with Parallel Observation
+    Prediction", 2024 (``rem-parallel-observation-prediction``): section 2 (V-M-C, eq. 1-3),
+    2.2 (chunkwise retention, eq. 4-5), 2.3 (POP imagination, figure 4), 2.4 (POP training,
+    eq. 6-7, algorithms 1-2, figure 6), appendix A.1 (tables 2, 3, 7), A.2 (algorithms 3-7).
+
+Notation (the paper's block ``(z_t, a_t)`` is wmzoo's ``(tokens of obs[t], action[t])``):
+    z_t  the K tokens of frame t from the tokenizer V (``wmzoo.nn.tokenizer``) [tokens]
+    E    V's codebook; M embeds z_t with it and never updates it (section 2.1) [detached]
+    u    K learned prediction tokens E_u (section 2.3) [pred_tokens]
+    S_t  the RetNet state after the blocks (z_1, a_1) .. (z_t, a_t) [state "retnet"]
+
+    p(ẑ_{t+1} | z_1, a_1, .., z_t, a_t, u)   obs head on the outputs of u read from S_t (eq. 1)
+    p(r̂_t | z_1, a_1, .., z_t, a_t)          reward head on the output of a_t's token (eq. 2)
+    p(d_t | z_1, a_1, .., z_t, a_t)          termination head, same token (eq. 3)
+
+A state is ``{"retnet": S [B, layers, heads, d_h, d_h], "tokens": z_t [B, K] (int64), "valid" [B]}``:
+the retention state summarising every block *before* the current frame, the current frame's tokens
+(what the policy reads) and whether those tokens are a real frame (0 in the initial state).
+Retention states are kept in their own frame (``wmzoo.nn.retention``), so states of different time
+steps batch together.
+
+File order: spec → world model → presets.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from wmzoo.errors import WmzooError
+from wmzoo.interfaces import Batch, EnvInfo, State, Step, TrainOutput, WorldModel
+from wmzoo.nn.heads import masked_mean, reward_cont_targets, start_conts
+from wmzoo.nn.retention import RetNet, RetNetSpec
+from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec
+from wmzoo.specs import OptimSpec, WorldModelSpec
+
+# --------------------------------------------------------------------------- spec
+
+
+class REMSpec(WorldModelSpec):
+    """REM's world model M and tokenizer V (defaults: REM tables 2, 3 and 7)."""
+
+    tokenizer: TokenizerSpec = Field(TokenizerSpec(), description="the VQ-VAE V (table 4)")
+    retnet: RetNetSpec = Field(RetNetSpec(), description="the RetNet of M (table 7, appendix A.3)")
+    blocks_per_chunk: int = Field(
+        3, ge=1, le=1000, description="c: observation-action blocks per training chunk (table 7: 3)"
+    )
+    context: int = Field(
+        2, ge=1, le=1000,
+        description="real frames an imagination starts from (table 7: world model context length 2)",
+    )
+    reward_loss: Literal["sign", "mse"] = Field(
+        "sign",
+        description="'sign': 3-class cross-entropy on sign(r) (discrete Atari rewards, section 2.4); "
+        "'mse': mean-squared error for continuous rewards",
+    )
+    tokenizer_frames: int = Field(
+        128, ge=0, le=100_000,
+        description="frames of each batch the tokenizer trains on (table 3: batch 128; 0: all)",
+    )
+    world_model_start: int = Field(
+        0, ge=0,
+        description="updates during which only the tokenizer learns (table 3: M starts 20 epochs "
+        "of 200 steps after V)",
+    )
+    optim: OptimSpec = Field(
+        OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),
+        description="optimizer of M (table 3: lr 2e-4, wd 0.05, clip 100)",
+    )
+
+    @model_validator(mode="after")
+    def _shared_embeddings(self) -> REMSpec:
+        if self.tokenizer.embed_dim != self.retnet.d_model:
+            raise ValueError(
+                f"tokenizer.embed_dim {self.tokenizer.embed_dim} must equal retnet.d_model "
+                f"{self.retnet.d_model}: M embeds tokens with V's code vectors"
+            )
+        return self
+
+
+def _head(d: int, out: int) -> nn.Sequential:
+    """IRIS/REM head: Linear → ReLU → Linear."""
+    return nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, out))
+
+
+# --------------------------------------------------------------------------- world model
+
+
+class REMWorldModel(WorldModel):
+    """Tokenizer V and retentive world model M with POP (training: algorithms 1-2; imagination:
+    figure 4, exactly two RetNet calls per imagined step)."""
+
+    spec: REMSpec
+    updates: Tensor
+
+    def __init__(self, spec: REMSpec, env: EnvInfo) -> None:
+        super().__init__()
+        if not env.discrete:
+            raise WmzooError(f"backbone 'rem' needs discrete actions; env {env.name!r} has continuous ones")
+        self.spec, self.env = spec, env
+        self.tokenizer = Tokenizer(spec.tokenizer, env.obs_shape)
+        self.num_tokens = self.tokenizer.num_tokens
+        self.block_len = self.num_tokens + 1  # K observation tokens and the action token
+        d = spec.retnet.d_model
+        self.retnet = RetNet(spec.retnet)
+        self.action_embed = nn.Embedding(env.num_actions, d)
+        self.pred_tokens = nn.Parameter(torch.randn(self.num_tokens, d) * 0.02)  # E_u
+        self.obs_head = _head(d, self.tokenizer.vocab_size)
+        self.reward_head = _head(d, 3 if spec.reward_loss == "sign" else 1)
+        self.end_head = _head(d, 1)  # 2-class cross-entropy as one logit
+        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
+        # as the official code: M's weight decay skips biases, norms and embeddings (read by
+        # wmzoo.train.optim.adamw); only Linear weights decay
+        for name, p in self.named_parameters():
+            if not name.startswith("tokenizer.") and not (name.endswith("weight") and p.dim() == 2
+                                                       and "embed" not in name):
+                p._optim = {"weight_decay": 0.0}  # type: ignore[attr-defined]
+        side = self.tokenizer.side
+        self.feature_shape = (spec.tokenizer.embed_dim, side, side)
+
+    # -- parameters ---------------------------------------------------------------------
+    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
+        tokenizer = list(self.tokenizer.parameters())
+        owned = {id(p) for p in tokenizer}
+        world_model = [p for p in self.parameters() if id(p) not in owned]
+        return {
+            "tokenizer": (tokenizer, self.spec.tokenizer.optim),
+            "world_model": (world_model, self.spec.optim),
+        }
+
+    # -- sequences of blocks --------------------------------------------------------------
+    def embed_blocks(self, tokens: Tensor, action: Tensor) -> Tensor:
+        """Blocks ``(z_t, a_t)`` → embeddings ``[N, T·(K+1), d]``; obs tokens use V's code
+        vectors without gradient (section 2.1), actions M's own table."""
+        obs = F.embedding(tokens, self.tokenizer.embedding.weight.detach())  # [N, T, K, d]
+        act = self.action_embed(action.long())[..., None, :]
+        return torch.cat([obs, act], -2).flatten(-3, -2)
+
+    def _token_resets(self, is_first: Tensor) -> Tensor:
+        """``is_first [N, T]`` → resets on the first token of each block ``[N, T·(K+1)]``."""
+        reset = torch.zeros(*is_first.shape, self.block_len, dtype=torch.bool, device=is_first.device)
+        reset[..., 0] = is_first
+        return reset.flatten(-2)
+
+    def pop_forward(self, tokens: Tensor, action: Tensor, is_first: Tensor) -> tuple[Tensor, Tensor]:
+        """Algorithm 6's forward: chunks of ``c`` blocks through algorithm 1 from an empty state.
+
+        Returns the real tokens' outputs ``[N, T, K+1, d]`` and the prediction tokens' outputs
+        ``[N, T, K, d]`` (block ``t``'s predict ``z_t`` from the state before block ``t``).
+        """
+        N, T = tokens.shape[:2]
+        L, c = self.block_len, self.spec.blocks_per_chunk
+        x = self.embed_blocks(tokens, action)
+        reset = self._token_resets(is_first)
+        reset[:, 0] = False  # the state is empty at the start anyway
+        state, real, pred = None, [], []
+        for start in range(0, T, c):
+            n = min(c, T - start)
+            sl = slice(start * L, (start + n) * L)
+            u = self.pred_tokens.expand(N, n, *self.pred_tokens.shape)
+            y, yu, state = self.retnet.pop_forward(x[:, sl], u, state, L, reset[:, sl])
+            real.append(y)
+            pred.append(yu)
+        return torch.cat(real, 1).unflatten(1, (T, L)), torch.cat(pred, 1)
+
+    # -- training -------------------------------------------------------------------------
+    def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
+        """V's equation 8 on ``tokenizer_frames`` frames of the batch, and M's cross-entropies of
+        the next tokens, the reward (sign classes or MSE) and the termination (section 2.4).
+
+        Before ``world_model_start`` updates (a step counter buffer, saved with checkpoints) M's
+        loss is reported detached, so M's parameters get no gradient and AdamW leaves them alone.
+        """
+        spec = self.spec
+        B, T = batch.shape
+        frames = batch.obs.flatten(0, 1)
+        if spec.tokenizer_frames and frames.shape[0] > spec.tokenizer_frames:
+            frames = frames[torch.randperm(frames.shape[0], device=frames.device)[: spec.tokenizer_frames]]
+        tok_loss, metrics = self.tokenizer.loss(frames)
+
+        with torch.no_grad():
+            tokens = self.tokenizer.encode(batch.obs)  # [B, T, K]
+        active = not self.training or int(self.updates) >= spec.world_model_start
+        with torch.set_grad_enabled(torch.is_grad_enabled() and active):
+            real, pred = self.pop_forward(tokens, batch.action, batch.is_first)
+            logits = self.obs_head(pred)  # [B, T, K, N]
+            obs_mask = ~batch.is_first
+            obs_mask[:, 0] = False  # the first block has no history to predict from
+            ce = F.cross_entropy(logits.flatten(0, 2), tokens.flatten(), reduction="none")
+            obs_loss = masked_mean(ce.view(B, T, -1).mean(-1), obs_mask)
+            act_out = real[:, :-1, -1]  # the action token of blocks 0..T-2
+            reward_target, cont_target, mask = reward_cont_targets(batch)
+            if spec.reward_loss == "sign":
+                r = F.cross_entropy(
+                    self.reward_head(act_out).flatten(0, 1),
+                    (torch.sign(reward_target) + 1).long().flatten(), reduction="none",
+                )
+                reward_loss = masked_mean(r.view(B, T - 1), mask)
+            else:
+                reward_loss = masked_mean((self.reward_head(act_out).squeeze(-1) - reward_target) ** 2, mask)
+            end_logit = self.end_head(act_out).squeeze(-1)
+            end_loss = masked_mean(
+                F.binary_cross_entropy_with_logits(end_logit, 1.0 - cont_target, reduction="none"), mask
+            )
+            wm_loss = obs_loss + reward_loss + end_loss
+        if self.training:
+            self.updates += 1
+        with torch.no_grad():
+            acc = masked_mean((logits.argmax(-1) == tokens).float().mean(-1), obs_mask)
+        metrics.update({
+            "world_model/obs_loss": float(obs_loss.detach()),
+            "world_model/reward_loss": float(reward_loss.detach()),
+            "world_model/end_loss": float(end_loss.detach()),
+            "world_model/obs_acc": float(acc),
+        })
+        return TrainOutput(
+            losses={"tokenizer": tok_loss, "world_model": wm_loss if active else wm_loss.detach()},
+            metrics=metrics,
+            start=self._start_states(tokens, batch),
+            start_cont=start_conts(batch).flatten(),
+        )
+
+    @torch.no_grad()
+    def _start_states(self, tokens: Tensor, batch: Batch) -> State:
+        """An imagination start at every step ``t`` (``[B·T]``): the state of the ``context − 1``
+        blocks before ``t`` within ``t``'s episode, built from an empty state, and ``z_t`` (REM's
+        context of two real frames, table 7 and the official code; not the whole segment)."""
+        B, T = batch.shape
+        was = self.retnet.training
+        self.retnet.eval()
+        state = self.retnet.initial_state(B * T, tokens.device)
+        episode = batch.is_first.long().cumsum(1)  # [B, T]
+        t = torch.arange(T, device=tokens.device)
+        for back in range(self.spec.context - 1, 0, -1):  # blocks t − back, oldest first
+            idx = (t - back).clamp(min=0)
+            valid = (t >= back) & (episode[:, idx] == episode)  # [B, T]
+            x = self.embed_blocks(tokens[:, idx].flatten(0, 1)[:, None], batch.action[:, idx].flatten(0, 1)[:, None])
+            _, new = self.retnet(x, state)
+            state = torch.where(valid.flatten()[:, None, None, None, None], new, state)
+        self.retnet.train(was)
+        return {
+            "retnet": state,
+            "tokens": tokens.flatten(0, 1),
+            "valid": torch.ones(B * T, device=tokens.device),
+        }
+
+    # -- filtering and imagination -----------------------------------------------------------
+    def initial_state(self, batch_size: int) -> State:
+        device = self.pred_tokens.device
+        return {
+            "retnet": self.retnet.initial_state(batch_size, device),
+            "tokens": torch.zeros(batch_size, self.num_tokens, dtype=torch.long, device=device),
+            "valid": torch.zeros(batch_size, device=device),
+        }
+
+    def _absorb(self, state: State, action: Tensor) -> tuple[Tensor, Tensor]:
+        """One RetNet call over the block ``(z_t, a_t)``: its outputs and the new state (eq. 4-5)."""
+        x = self.embed_blocks(state["tokens"][:, None], action[:, None])
+        y, new = self.retnet(x, state["retnet"])
+        assert new is not None
+        keep = state["valid"].bool()[:, None, None, None, None]  # no real frame yet: nothing to absorb
+        return y, torch.where(keep, new, state["retnet"])
+
+    def observe_step(self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor) -> State:
+        """Absorb the previous block ``(z_{t−1}, a_{t−1})`` (reset where ``is_first``) and
+        tokenize ``obs``."""
+        _, retnet = self._absorb(state, prev_action)
+        retnet = retnet * (~is_first.bool()).to(retnet.dtype)[:, None, None, None, None]
+        tokens = self.tokenizer.encode(obs)
+        return {"retnet": retnet, "tokens": tokens, "valid": torch.ones_like(state["valid"])}
+
+    def observe(self, batch: Batch, state: State | None = None) -> State:
+        """From an empty state: all blocks but the last in one chunkwise pass (chunks of ``c``
+        blocks), the last frame tokenized; otherwise step by step."""
+        B, T = batch.shape
+        if state is not None or T < 2 or bool(batch.is_first[:, 1:].any()):
+            return super().observe(batch, state)
+        tokens = self.tokenizer.encode(batch.obs)
+        x = self.embed_blocks(tokens[:, :-1], batch.action[:, :-1])
+        _, retnet = self.retnet.chunkwise(x, self.spec.blocks_per_chunk * self.block_len)
+        return {"retnet": retnet, "tokens": tokens[:, -1], "valid": torch.ones(B, device=tokens.device)}
+
+    def predict_tokens(self, retnet: Tensor) -> Tensor:
+        """POP (section 2.3): logits ``[B, K, N]`` of the next frame's tokens from one RetNet call
+        over the prediction tokens ``u``, reading the state without updating it."""
+        u = self.pred_tokens.expand(retnet.shape[0], *self.pred_tokens.shape)
+        y, _ = self.retnet(u, retnet, update_state=False)
+        return self.obs_head(y)
+
+    def imagine_step(self, state: State, action: Tensor) -> Step:
+        """Figure 4 / algorithm 7: call 1 absorbs ``(z_t, a_t)`` and reads the reward and
+        termination at the action token; call 2 runs ``u`` from the new state and samples all K
+        next tokens at once. Reward and continue are returned as expectations (the engine
+        weights by continue probabilities) rather than samples."""
+        y, retnet = self._absorb(state, action)
+        out = y[:, -1]
+        if self.spec.reward_loss == "sign":
+            probs = self.reward_head(out).softmax(-1)
+            reward = probs[:, 2] - probs[:, 0]
+        else:
+            reward = self.reward_head(out).squeeze(-1)
+        cont = 1.0 - torch.sigmoid(self.end_head(out).squeeze(-1))
+        logits = self.predict_tokens(retnet)
+        tokens = torch.distributions.Categorical(logits=logits).sample()
+        new = {"retnet": retnet, "tokens": tokens, "valid": torch.ones_like(state["valid"])}
+        return Step(new, reward, cont, self.features(new))
+
+    def features(self, state: State) -> Tensor:
+        """V's code vectors of the current tokens on their grid ``[B, d, s, s]`` (appendix A.1.2)."""
+        vectors = self.tokenizer.embed(state["tokens"]).detach()  # [B, K, d]
+        return vectors.transpose(1, 2).unflatten(2, self.feature_shape[1:])
+
+    def decode(self, state: State) -> Tensor:
+        """V's decoder on the current tokens, as uint8 images."""
+        return (self.tokenizer.decode(state["tokens"]) * 255).round().to(torch.uint8)
+
+
+# --------------------------------------------------------------------------- presets
+
+PRESETS: dict[str, REMSpec] = {
+    # CPU tests: 4x4 tokens of a 32-code book, a 2-layer RetNet of width 32.
+    "tiny": REMSpec(
+        batch_size=8, seq_len=8, blocks_per_chunk=2, context=2, tokenizer_frames=32,
+        tokenizer=TokenizerSpec(
+            vocab_size=32, embed_dim=32, tokens_per_side=4, channels=8, ch_mult=(1, 2), groups=4,
+            optim=OptimSpec(lr=1e-3, weight_decay=0.01, clip=10.0),
+        ),
+        retnet=RetNetSpec(d_model=32, n_heads=2, n_layers=2, d_ff=64, dropout=0.0),
+        optim=OptimSpec(lr=1e-3, weight_decay=0.05, clip=100.0),
+    ),
+    # A CPU hour: REM's token grid (8x8) with a narrower codebook and RetNet.
+    "small": REMSpec(
+        batch_size=16, seq_len=10, tokenizer_frames=64,
+        tokenizer=TokenizerSpec(
+            vocab_size=256, embed_dim=128, tokens_per_side=8, channels=16, ch_mult=(1, 2, 4, 8),
+            optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=10.0),
+        ),
+        retnet=RetNetSpec(d_model=128, n_heads=4, n_layers=3, d_ff=512, dropout=0.1),
+        optim=OptimSpec(lr=3e-4, weight_decay=0.05, clip=100.0),
+    ),
+    # REM as published.
+    "paper": REMSpec(
+        batch_size=64,  # table 3: world-model batch 64
+        seq_len=10,  # algorithm 6: segments of H = 10 blocks (table 2)
+        blocks_per_chunk=3,  # table 7: c = 3
+        context=2,  # table 7: world model context length 2
+        tokenizer_frames=128,  # table 3: tokenizer batch 128
+        world_model_start=4000,  # table 3: V from epoch 5, M from 25, 200 steps per epoch each
+        tokenizer=TokenizerSpec(),  # tables 2-4: K = 64, N = 512, d = 256; lr 1e-4, wd 0.01, clip 10
+        retnet=RetNetSpec(),  # table 7: 5 layers, 4 heads, d 256, FFN 1024, dropout 0.1, eps 1e-6
+        optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),  # table 3
+    ),
+}

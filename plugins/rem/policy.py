@@ -1,0 +1,168 @@
+"""REM's action-conditioned actor-critic in latent (token) space (the ``rem-ac`` policy).
+
+Paper: Cohen et al. 2024 (REM), appendix A.1.2 ("Actor-Critic Learning", "Agent Architecture",
+"Action Dependant Actor Critic"), tables 5 and 6; it follows IRIS (Micheli et al. 2023).
+
+The shared backbone reads the tokenizer's code vectors of the current frame on their grid
+(``[d, s, s]``, the world model's features) through table 6's CNN (3×3 conv → 128, SiLU, 3×3 conv
+→ 64, SiLU, flatten, Linear → 512, SiLU) and an LSTM cell of 512 units. After each action the LSTM
+takes one more step on a learned embedding of the action taken, so the next decision knows the
+sampled action (the "action dependant" part). Linear actor and critic heads read the LSTM output.
+
+Learning (no gradient into the world model): λ-returns
+``G_t = r̂_t + γ ĉ_t ((1 − λ) V_{t+1} + λ G_{t+1})``, ``G_H = V_H`` (``ĉ = 1 − d̂``), critic
+``(V_t − sg(G_t))²``, actor REINFORCE with baseline ``−ln π(a_t) sg(G_t − V_t) − α H[π]``, each
+term weighted by the imagined trajectory's termination mask; one AdamW for the shared network.
+
+Module order: spec → policy → presets → plugin hook (in ``__init__``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import torch
+from pydantic import Field
+from torch import Tensor, nn
+from torch.distributions import Categorical
+
+from wmzoo.agents.returns import lambda_returns
+from wmzoo.errors import WmzooError
+from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
+from wmzoo.specs import OptimSpec, PolicySpec
+from wmzoo.train.optim import Optimizer
+
+# --------------------------------------------------------------------------- spec
+
+Channels = Annotated[int, Field(ge=1, le=4096)]
+
+
+class REMActorCriticSpec(PolicySpec):
+    """REM's actor-critic (defaults: tables 2, 3, 5 and 6)."""
+
+    gamma: float = Field(0.995, gt=0, le=1, description="discount γ (table 5)")
+    lam: float = Field(0.95, ge=0, le=1, description="λ of the λ-returns (table 5)")
+    entropy: float = Field(0.001, ge=0, le=1, description="entropy weight α (table 5)")
+    conv_channels: tuple[Channels, Channels] = Field(
+        (128, 64), description="channels of the two 3x3 convolutions (table 6)"
+    )
+    hidden: int = Field(512, ge=1, le=8192, description="units of the linear layer after the CNN (table 6)")
+    lstm: int = Field(512, ge=1, le=8192, description="LSTM units (appendix A.1.2)")
+    optim: OptimSpec = Field(
+        OptimSpec(lr=1e-4, weight_decay=0.01, clip=3.0),
+        description="AdamW of the whole agent (table 3: lr 1e-4, wd 0.01, clip 3)",
+    )
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class REMActorCritic(Policy):
+    """Shared CNN + LSTM backbone with linear actor and critic heads over token code vectors."""
+
+    spec: REMActorCriticSpec
+    updates: Tensor
+
+    def __init__(self, spec: REMActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
+        super().__init__()
+        if len(feature_shape) != 3:
+            raise WmzooError(
+                f"policy 'rem-ac' reads code vectors on a grid [d, s, s], but the backbone's features "
+                f"have shape {tuple(feature_shape)}; pick a policy for {len(feature_shape)}-D features"
+            )
+        if not env.discrete:
+            raise WmzooError(f"policy 'rem-ac' needs discrete actions; env {env.name!r} has continuous ones")
+        channels, side, side2 = feature_shape
+        c1, c2 = spec.conv_channels
+        self.spec, self.env = spec, env
+        self.encoder = nn.Sequential(  # table 6
+            nn.Conv2d(channels, c1, 3, 1, 1), nn.SiLU(),
+            nn.Conv2d(c1, c2, 3, 1, 1), nn.SiLU(),
+            nn.Flatten(), nn.Linear(c2 * side * side2, spec.hidden), nn.SiLU(),
+        )
+        self.action_embed = nn.Embedding(env.num_actions, spec.hidden)
+        self.cell = nn.LSTMCell(spec.hidden, spec.lstm)
+        self.actor = nn.Linear(spec.lstm, env.num_actions)
+        self.critic = nn.Linear(spec.lstm, 1)
+        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
+        self._optimizer = Optimizer(self.parameters(), spec.optim)
+
+    def initial_state(self, batch_size: int) -> State:
+        device = self.critic.weight.device
+        zeros = torch.zeros(batch_size, self.spec.lstm, device=device)
+        return {"h": zeros, "c": zeros.clone()}
+
+    def _observe(self, encoded: Tensor, state: State) -> State:
+        h, c = self.cell(encoded, (state["h"], state["c"]))
+        return {"h": h, "c": c}
+
+    def _after_action(self, action: Tensor, state: State) -> State:
+        """The extra LSTM step on the action just taken (appendix A.1.2)."""
+        return self._observe(self.action_embed(action.long()), state)
+
+    @torch.no_grad()
+    def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:
+        """Sample (or, greedy, argmax) an action from the frame's code vectors, then feed it back."""
+        state = self._observe(self.encoder(features), state or self.initial_state(features.shape[0]))
+        logits = self.actor(state["h"])
+        action = Categorical(logits=logits).sample() if sample else logits.argmax(-1)
+        return action, self._after_action(action, state)
+
+    def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
+        """The summed actor and critic losses over an imagined trajectory (appendix A.1.2)."""
+        features = trajectory.features.detach()  # [H + 1, B, d, s, s]
+        horizon, batch = trajectory.rewards.shape
+        encoded = self.encoder(features.flatten(0, 1)).unflatten(0, (horizon + 1, batch))
+        state = trajectory.policy_state or self.initial_state(batch)
+        logits, values = [], []
+        for t in range(horizon + 1):
+            state = self._observe(encoded[t], state)
+            logits.append(self.actor(state["h"]))
+            values.append(self.critic(state["h"]).squeeze(-1))
+            if t < horizon:
+                state = self._after_action(trajectory.actions[t], state)
+        value = torch.stack(values)  # [H + 1, B]
+        policy = Categorical(logits=torch.stack(logits[:-1]))
+        weights = trajectory.weights.detach()[:-1]
+        with torch.no_grad():
+            returns = lambda_returns(
+                trajectory.rewards.detach(), trajectory.conts.detach(), value.detach(),
+                self.spec.gamma, self.spec.lam,
+            )
+            advantage = returns - value[:-1]
+        entropy = policy.entropy()
+        log_prob = policy.log_prob(trajectory.actions.detach())
+        actor_loss = -(weights * (log_prob * advantage + self.spec.entropy * entropy)).mean()
+        critic_loss = (weights * (value[:-1] - returns) ** 2).mean()
+        metrics = {
+            "actor_loss": actor_loss.item(),
+            "critic_loss": critic_loss.item(),
+            "entropy": entropy.mean().item(),
+            "return_mean": returns.mean().item(),
+            "value_mean": value[:-1].mean().item(),
+        }
+        return actor_loss + critic_loss, metrics
+
+    def learn(self, trajectory: Trajectory) -> dict[str, float]:
+        """One AdamW step of the whole agent on the summed losses."""
+        loss, metrics = self.losses(trajectory)
+        self._optimizer.updates = int(self.updates)  # the schedule follows the checkpointed counter
+        metrics["grad_norm"] = self._optimizer.step(loss)
+        self.updates += 1
+        return metrics
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"agent": self._optimizer.opt}
+
+
+# --------------------------------------------------------------------------- presets
+
+POLICY_PRESETS: dict[str, REMActorCriticSpec] = {
+    "tiny": REMActorCriticSpec(
+        conv_channels=(16, 8), hidden=64, lstm=64, max_starts=32, horizon=10,
+        optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=3.0),
+    ),
+    "small": REMActorCriticSpec(conv_channels=(64, 32), hidden=256, lstm=256, max_starts=128, horizon=10),
+    # table 2: H = 10; table 3: batch 128 imagination starts, lr 1e-4, wd 0.01, clip 3; tables 5-6.
+    "paper": REMActorCriticSpec(horizon=10, max_starts=128),
+}

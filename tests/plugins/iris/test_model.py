@@ -1,0 +1,164 @@
+"""IRIS world model (wmzoo_plugins.iris.model): cached generation = full forward, K + 1 calls per
+imagined step, the loss terms and schedule, presets against the paper."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.bench.harness import synthetic_batch
+from wmzoo.interfaces import EnvInfo
+from wmzoo.nn.tokenizer import TokenizerSpec
+from wmzoo.nn.transformer import KVCache
+from wmzoo_plugins.iris import PRESETS, IrisSpec, IrisWorldModel
+
+ENV = EnvInfo(name="t", obs_shape=(3, 16, 16), num_actions=3)
+
+
+def _model(side: int = 2, layers: int = 2, heads: int = 2, max_blocks: int = 6, seed: int = 0, **kw) -> IrisWorldModel:
+    torch.manual_seed(seed)
+    tok = TokenizerSpec(vocab_size=16, embed_dim=8, tokens_per_side=side, channels=8, ch_mult=(1,))
+    spec = IrisSpec(
+        batch_size=2, seq_len=4, layers=layers, embed_dim=8 * heads, heads=heads, dropout=0.1,
+        max_blocks=max_blocks, tokenizer_frames=8, burn_in=2, tokenizer=tok, **kw,
+    )
+    return IrisWorldModel(spec, ENV).eval()
+
+
+@given(
+    side=st.sampled_from([1, 2, 4]), layers=st.integers(1, 3), heads=st.sampled_from([1, 2]),
+    steps=st.integers(1, 4), seed=st.integers(0, 2**16),
+)
+@settings(max_examples=20, deadline=None)
+def test_cached_token_by_token_equals_full_forward(side: int, layers: int, heads: int, steps: int, seed: int) -> None:
+    wm = _model(side, layers, heads, max_blocks=steps + 1, seed=seed)
+    K, B = wm.K, 2
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(16, (B, steps + 1, K), generator=g)
+    action = torch.randint(3, (B, steps + 1), generator=g)
+    with torch.no_grad():
+        full = wm.sequence(tokens, action).flatten(1, 2)  # [B, (steps + 1)(K + 1), d]
+        state = wm._state_from_tokens(tokens[:, 0])
+        cache = KVCache(state["cache_k"], state["cache_v"], int(state["length"][0]))
+        outs = [wm._call(wm.obs_emb(tokens[:, 0]))]  # the seeding call's outputs, uncached
+        for t in range(steps):
+            outs.append(wm._call(wm._embed_actions(action[:, t]).unsqueeze(1), cache))
+            for k in range(K):
+                outs.append(wm._call(wm.obs_emb(tokens[:, t + 1, k]).unsqueeze(1), cache))
+        cached = torch.cat(outs, 1)
+    n = cached.shape[1]
+    torch.testing.assert_close(cached, full[:, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wm.head_obs(cached), wm.head_obs(full[:, :n]), atol=1e-5, rtol=1e-5)
+
+
+def test_imagine_step_feeds_action_and_sampled_tokens_in_order() -> None:
+    """The cache after two imagined steps equals one uncached call on [z_0, a_0, z_1, a_1, z_2]."""
+    wm = _model(side=2, max_blocks=4)
+    obs = torch.randint(0, 256, (2, *ENV.obs_shape), dtype=torch.uint8)
+    state = wm.observe_step(wm.initial_state(2), obs, torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
+    z0 = state["tokens"]
+    a = torch.tensor([[1, 2], [0, 1]])
+    s1 = wm.imagine_step(state, a[0]).state
+    s2 = wm.imagine_step(s1, a[1]).state
+    assert int(s2["length"][0]) == 3 * wm.K + 2
+    seq = torch.cat([wm.obs_emb(z0), wm._embed_actions(a[0])[:, None], wm.obs_emb(s1["tokens"]),
+                     wm._embed_actions(a[1])[:, None], wm.obs_emb(s2["tokens"])], 1)
+    ref = wm.transformer.empty_cache(2, wm.capacity)
+    with torch.no_grad():
+        wm._call(seq, ref)
+    n = ref.length
+    torch.testing.assert_close(s2["cache_k"][:, :, :, :n], ref.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s2["cache_v"][:, :, :, :n], ref.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s2["frame"], wm.tokenizer.decode(s2["tokens"]))
+
+
+@pytest.mark.parametrize("side", [1, 2, 4])
+def test_k_plus_one_transformer_calls_per_imagined_step(side: int) -> None:
+    wm = _model(side=side, max_blocks=5)
+    calls = []
+    wm.transformer.register_forward_hook(lambda *_: calls.append(1))
+    obs = synthetic_batch(ENV, 3, 4, torch.device("cpu"))
+    state = wm.observe(obs)
+    assert len(calls) == 1  # the context: the last real frame's K tokens, one call
+    for step in range(4):  # 1 + 4 blocks fill the cache exactly
+        calls.clear()
+        out = wm.imagine_step(state, torch.randint(3, (3,)))
+        state = out.state
+        assert len(calls) == wm.K + 1, f"step {step}"
+        assert out.reward.shape == (3,) and set(out.reward.tolist()) <= {-1.0, 0.0, 1.0}
+        assert set(out.cont.tolist()) <= {0.0, 1.0}
+        assert out.features.shape == (3, *ENV.obs_shape)
+    calls.clear()
+    state = wm.imagine_step(state, torch.randint(3, (3,))).state  # overflow: rebuilt from the frame
+    assert len(calls) == wm.K + 2 and int(state["length"][0]) == 2 * wm.K + 1
+
+
+def test_world_model_loss_terms_and_schedule() -> None:
+    wm = _model(side=2, world_model_start=2).train()
+    data = synthetic_batch(ENV, 2, 4, torch.device("cpu"))
+    data.reward[:] = torch.tensor([[-2.0, 0.0, 3.0, 0.5], [0.0, 0.0, 0.0, 0.0]])
+    out = wm.loss(data)
+    assert out.losses["world_model"].item() == 0.0 and "world_model/obs_ce" not in out.metrics
+    out.losses["world_model"].backward()  # a leaf: no gradient reaches the transformer
+    assert all(p.grad is None for p in wm.transformer.parameters())
+    wm.loss(data)
+    out = wm.loss(data)  # the third update trains the world model
+    assert out.losses["world_model"].item() > 0
+    # the world-model loss does not reach the tokenizer (tokens are computed without gradient)
+    out.losses["world_model"].backward()
+    assert all(p.grad is None for p in wm.tokenizer.parameters())
+    assert any(p.grad is not None for p in wm.transformer.parameters())
+    # starts: one per row, at its last frame; burn-in context of 2 frames before it
+    assert out.start["tokens"].shape == (2, wm.K) and out.start_cont.shape == (2,)
+    assert out.context is not None and out.context.shape == (2, 2, *ENV.obs_shape)
+    assert out.context_first is not None and out.context_first.shape == (2, 3)
+    assert int(out.start["length"][0]) == wm.K
+
+
+def test_reward_and_end_targets_by_hand() -> None:
+    wm = _model(side=1, heads=1).eval()
+    data = synthetic_batch(ENV, 1, 3, torch.device("cpu"))
+    data.reward[:] = torch.tensor([[-0.5, 2.0, 0.0]])
+    data.terminal[:] = torch.tensor([[False, True, False]])
+    data.is_first[:] = torch.tensor([[True, False, False]])
+    tokens = wm.tokenizer.encode(data.obs)
+    loss, metrics = wm._world_model_loss(data, tokens)
+    with torch.no_grad():
+        out = wm.sequence(tokens, data.action)[:, :-1, -1]  # action tokens a_0, a_1
+        r = torch.log_softmax(wm.head_reward(out), -1)[0]
+        e = torch.log_softmax(wm.head_end(out), -1)[0]
+        obs = torch.log_softmax(wm.head_obs(out), -1)[0]
+    assert metrics["world_model/reward_ce"] == pytest.approx(-(r[0, 0] + r[1, 2]).item() / 2, rel=1e-4)
+    assert metrics["world_model/end_ce"] == pytest.approx(-(e[0, 0] + e[1, 1]).item() / 2, rel=1e-4)
+    # K = 1: every obs target is the next frame's token predicted at the action token
+    expected = -(obs[0, tokens[0, 1, 0]] + obs[1, tokens[0, 2, 0]]).item() / 2
+    assert metrics["world_model/obs_ce"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_long_sequences_train_in_windows() -> None:
+    wm = _model(side=2, max_blocks=3).train()
+    out = wm.loss(synthetic_batch(ENV, 2, 7, torch.device("cpu")))
+    assert torch.isfinite(out.losses["world_model"])
+
+
+def test_weight_decay_only_on_linear_weights() -> None:
+    wm = _model()
+    no_decay = {id(p) for p in wm.parameters() if getattr(p, "_optim", {}).get("weight_decay") == 0.0}
+    assert id(wm.pos_emb.weight) in no_decay and id(wm.obs_emb.weight) in no_decay
+    assert id(wm.transformer.blocks[0].ln1.weight) in no_decay
+    assert id(wm.transformer.blocks[0].attn.qkv.bias) in no_decay
+    assert id(wm.transformer.blocks[0].attn.qkv.weight) not in no_decay
+
+
+def test_paper_presets_sizes() -> None:
+    env = EnvInfo(name="atari", obs_shape=(3, 64, 64), num_actions=6)
+    paper = IrisWorldModel(PRESETS["paper"], env)
+    assert paper.K == 16 and paper.capacity == 20 * 17
+    wm_params = sum(p.numel() for part in paper._world_model_parts() for p in part.parameters())
+    # IRIS: 8.45M world-model parameters (10 layers, d 256, 340 positions, 512 + A token embeddings, heads)
+    assert 8.2e6 < wm_params < 8.6e6
+    rem = IrisWorldModel(PRESETS["rem-config"], env)
+    assert rem.K == 64 and rem.tokenizer.embedding.weight.shape == (512, 256)
+    assert len(rem.transformer.blocks) == 5

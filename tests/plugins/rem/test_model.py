@@ -1,0 +1,146 @@
+"""REM: POP training forward == recurrent prefix + prediction tokens block by block, exactly two
+world-model calls per imagined step, the two faces of observe, start states of two real frames,
+the world-model start counter, shared frozen embeddings, the paper preset's sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.bench.harness import synthetic_batch
+from wmzoo.errors import WmzooError
+from wmzoo.imagination import imagine, random_actions
+from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.registry import default_registry, world_model_spec
+from wmzoo_plugins.rem import PRESETS, REMSpec, REMWorldModel
+
+ENV = EnvInfo(name="check-16x16", obs_shape=(3, 16, 16), num_actions=3)
+
+
+def _model(seed: int = 0, **overrides) -> REMWorldModel:
+    torch.manual_seed(seed)
+    spec = REMSpec.model_validate({**PRESETS["tiny"].model_dump(), **overrides})
+    return REMWorldModel(spec, ENV).eval()
+
+
+def _batch(seed: int, B: int, T: int, firsts: bool) -> Batch:
+    torch.manual_seed(seed)
+    batch = synthetic_batch(ENV, B, T, torch.device("cpu"))
+    batch.is_first[:] = False
+    if firsts and T > 2:
+        batch.is_first[0, T // 2] = True
+    return batch
+
+
+@settings(max_examples=6, deadline=None)
+@given(T=st.integers(1, 7), c=st.integers(1, 4), seed=st.integers(0, 1000), firsts=st.booleans())
+def test_pop_training_logits_equal_recurrent_prefix_then_prediction_tokens(T, c, seed, firsts):
+    wm = _model(seed, blocks_per_chunk=c)
+    batch = _batch(seed, 2, T, firsts)
+    with torch.no_grad():
+        tokens = wm.tokenizer.encode(batch.obs)
+        real, pred = wm.pop_forward(tokens, batch.action, batch.is_first)
+        logits = wm.obs_head(pred)
+        x = wm.embed_blocks(tokens, batch.action).unflatten(1, (T, wm.block_len))
+        state = wm.retnet.initial_state(2)
+        for t in range(T):
+            state = state * (~batch.is_first[:, t]).float()[:, None, None, None, None]
+            torch.testing.assert_close(logits[:, t], wm.predict_tokens(state), atol=1e-4, rtol=1e-4)
+            y, state = wm.retnet.recurrent(x[:, t], state)  # token by token
+            torch.testing.assert_close(real[:, t], y, atol=1e-4, rtol=1e-4)
+
+
+def test_exactly_two_world_model_calls_per_imagined_step():
+    wm = _model()
+    calls = []
+    wm.retnet.register_forward_hook(lambda *args: calls.append(1))
+    with torch.no_grad():
+        start = wm.observe(_batch(0, 3, 4, False))
+        calls.clear()
+        traj = imagine(wm, random_actions(ENV.num_actions, True), start, 5, decode=True)
+    assert len(calls) == 2 * 5
+    assert traj.images is not None and traj.images.shape == (6, 3, *ENV.obs_shape)
+
+
+def test_imagined_frames_are_decoded_predicted_tokens():
+    wm = _model()
+    with torch.no_grad():
+        start = wm.observe(_batch(0, 2, 3, False))
+        step = wm.imagine_step(start, torch.tensor([0, 2]))
+        expected = (wm.tokenizer.decode(step.state["tokens"]) * 255).round().to(torch.uint8)
+        assert torch.equal(wm.decode(step.state), expected)
+        assert step.features.shape == (2, *wm.feature_shape)
+        assert ((step.cont >= 0) & (step.cont <= 1)).all() and (step.reward.abs() <= 1).all()
+
+
+def test_observe_chunkwise_equals_observe_step():
+    wm = _model(1)
+    batch = _batch(1, 2, 6, False)
+    with torch.no_grad():
+        fast = wm.observe(batch)
+        slow = super(REMWorldModel, wm).observe(batch)
+    for key in fast:
+        torch.testing.assert_close(fast[key].to(slow[key].dtype), slow[key], atol=1e-5, rtol=1e-4)
+
+
+def test_start_states_hold_two_real_frames():
+    wm = _model(2)
+    batch = _batch(2, 2, 5, True)  # is_first at t = 2 in row 0
+    out = wm.loss(batch)
+    start = out.start
+    tokens = wm.tokenizer.encode(batch.obs)
+    with torch.no_grad():
+        for b, t in [(0, 1), (0, 2), (0, 4), (1, 0), (1, 3)]:
+            n = b * 5 + t
+            assert torch.equal(start["tokens"][n], tokens[b, t])
+            empty = t == 0 or bool(batch.is_first[b, t])
+            x = wm.embed_blocks(tokens[b, t - 1][None, None], batch.action[b, t - 1][None, None])
+            expected = torch.zeros_like(start["retnet"][n]) if empty else wm.retnet(x)[1][0]
+            torch.testing.assert_close(start["retnet"][n], expected, atol=1e-5, rtol=1e-4)
+    assert out.start_cont.shape == (10,)
+
+
+def test_world_model_start_counter_and_frozen_shared_embeddings():
+    wm = _model(3, world_model_start=2)
+    wm.train()
+    batch = _batch(3, 2, 4, False)
+    for update in range(3):
+        wm.zero_grad()
+        out = wm.loss(batch)
+        assert out.losses["world_model"].requires_grad == (update >= 2)
+        if out.losses["world_model"].requires_grad:
+            out.losses["world_model"].backward()
+            assert wm.tokenizer.embedding.weight.grad is None  # M never updates V's code vectors
+            assert wm.pred_tokens.grad is not None
+    assert int(wm.updates) == 3
+
+
+def test_weight_decay_skips_biases_norms_and_embeddings():
+    wm = _model()
+    params, _ = wm.components()["world_model"]
+    decayed = {id(p) for p in params if getattr(p, "_optim", {}).get("weight_decay", 1.0) != 0.0}
+    assert id(wm.retnet.layers[0].msr.qkv.weight) in decayed
+    assert id(wm.retnet.layers[0].msr.qkv.bias) not in decayed
+    assert id(wm.action_embed.weight) not in decayed and id(wm.pred_tokens) not in decayed
+
+
+def test_rejects_mismatched_embedding_widths_and_continuous_actions():
+    with pytest.raises(WmzooError, match="embed_dim"):
+        world_model_spec("rem", "tiny", {"retnet": {"d_model": 64}})
+    with pytest.raises(WmzooError, match="discrete"):
+        REMWorldModel(PRESETS["tiny"], EnvInfo("c", (3, 16, 16), 2, discrete=False))
+
+
+def test_paper_preset_matches_tables():
+    spec = default_registry().backbone("rem").presets["paper"]
+    assert (spec.retnet.n_layers, spec.retnet.n_heads, spec.retnet.d_model, spec.retnet.d_ff) == (5, 4, 256, 1024)
+    assert (spec.retnet.dropout, spec.retnet.norm_eps, spec.blocks_per_chunk, spec.context) == (0.1, 1e-6, 3, 2)
+    assert (spec.tokenizer.vocab_size, spec.tokenizer.tokens_per_side) == (512, 8)
+    assert (spec.optim.lr, spec.optim.weight_decay, spec.optim.clip, spec.batch_size) == (2e-4, 0.05, 100.0, 64)
+    wm = REMWorldModel(spec, EnvInfo("atari", (3, 64, 64), 6))
+    assert wm.num_tokens == 64 and wm.feature_shape == (256, 8, 8)
+    retnet = sum(p.numel() for p in wm.retnet.parameters())
+    # per layer: qkv 3·(256² + 256) + gate, out 2·(256² + 256) + FFN 2·256·1024 + 1024 + 256 + 2 LayerNorms
+    assert retnet == 5 * (5 * (256 * 256 + 256) + 2 * 256 * 1024 + 1024 + 256 + 4 * 256)

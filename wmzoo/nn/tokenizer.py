@@ -1,0 +1,374 @@
+"""The discrete autoencoder (VQ-VAE) tokenizer of the token-based world models (IRIS, REM).
+
+Papers:
+    Cohen et al., "Improving Token-Based World Models with Parallel Observation Prediction" (REM),
+        2024: section 2 ("V - Tokenizer"), appendix A.1.1, equation 8 and table 4.
+    Micheli et al., "Transformers are Sample-Efficient World Models" (IRIS), 2023: the tokenizer
+        REM follows (a VQ-VAE after van den Oord et al. 2017 in VQGAN's code, Esser et al. 2021,
+        without the discriminator).
+
+An image ``o_t`` is encoded to ``K = tokens_per_side²`` vectors ``h_t^k ∈ R^d`` (``d = embed_dim``)
+on a raster grid; each is replaced by the index of its nearest code vector in the codebook
+``E ∈ R^{N×d}`` (``N = vocab_size``): the tokens ``z_t^k = argmin_i ||h_t^k − e_i||``. Decoding
+looks the codes up and runs the mirrored CNN. Training minimises equation 8::
+
+    L = ||x − D(z)||_1 + ||sg(E(x)) − E(z)||²_2 + β ||sg(E(z)) − E(x)||²_2 + w · L_perceptual(x, D(z))
+
+with the straight-through estimator for the gradient into the encoder.
+
+Architecture (REM table 4): a 3×3 conv to ``channels``, then per downsampling level
+``GN(8) → SiLU → 3×3 stride-2 conv (padding 1 on the right and bottom only) → 3×3 conv`` taking
+the channels from ``channels · ch_mult[i-1]`` to ``channels · ch_mult[i]``, then
+``GN → SiLU → 3×3 conv``; the decoder mirrors it with nearest-exact ×2 interpolation. As in both
+official codes (leor-c/REM, eloialonso/iris), 1×1 convolutions map to and from the code dimension
+around the quantiser. ``num_res_blocks > 0`` adds IRIS's residual blocks
+(``GN → SiLU → conv → GN → SiLU → conv`` plus the input) at every level.
+
+Deviations (named):
+    * The number of downsampling levels follows the image: ``log2(H / tokens_per_side)``; levels
+      beyond ``ch_mult`` reuse its last multiplier, so one spec serves 32×32 and 64×64 images.
+    * IRIS's self-attention blocks at 16×16 and 8×8 are not built (REM's simplified tokenizer has
+      none either).
+    * The perceptual term (LPIPS on VGG16, Zhang et al. 2018) needs pretrained weights that wmzoo
+      cannot download: it is off by default (``perceptual_weight = 0``) and reads the weights from
+      the local file ``perceptual_weights`` when given (:class:`LPIPS`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import Tensor, nn
+
+from wmzoo.errors import WmzooError
+from wmzoo.specs import OptimSpec, Spec
+
+# --------------------------------------------------------------------------- spec
+
+
+class TokenizerSpec(Spec):
+    """Hyperparameters of the VQ-VAE tokenizer (defaults: REM, tables 2–4)."""
+
+    vocab_size: int = Field(512, ge=2, le=65536, description="N: codebook size (REM table 2)")
+    embed_dim: int = Field(256, ge=1, le=4096, description="d: code-vector size")
+    tokens_per_side: int = Field(
+        8, ge=1, le=64, description="tokens per image side: K = tokens_per_side² (REM 8, IRIS 4)"
+    )
+    channels: int = Field(32, ge=1, le=1024, description="channels of the first conv (REM table 4)")
+    ch_mult: tuple[int, ...] = Field(
+        (1, 2, 4, 8),
+        min_length=1,
+        description="channel multiplier per level (level 0 before any downsampling); levels "
+        "beyond the tuple reuse its last value",
+    )
+    num_res_blocks: int = Field(
+        0, ge=0, le=8, description="IRIS residual blocks per level (0: REM's simplified CNN)"
+    )
+    groups: int = Field(8, ge=1, le=64, description="GroupNorm groups (REM 8, IRIS 32)")
+    beta: float = Field(1.0, ge=0, le=100, description="β: commitment weight of equation 8")
+    recon: Literal["l1", "l2"] = Field(
+        "l1", description="reconstruction loss (equation 8: L1; REM's code uses L2)"
+    )
+    perceptual_weight: float = Field(
+        0.0, ge=0, le=100, description="weight of the LPIPS term (needs perceptual_weights)"
+    )
+    perceptual_weights: str | None = Field(
+        None, description="local file of LPIPS VGG16 weights (torch or safetensors state dict)"
+    )
+    optim: OptimSpec = Field(
+        default_factory=lambda: OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0),
+        description="tokenizer optimizer (REM table 3: lr 1e-4, wd 0.01, clip 10)",
+    )
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def _norm(channels: int, groups: int) -> nn.GroupNorm:
+    """GroupNorm with ε = 1e-6 and affine parameters (table 4), groups capped to divide."""
+    return nn.GroupNorm(math.gcd(groups, channels), channels, eps=1e-6)
+
+
+class ResBlock(nn.Module):
+    """IRIS's ResnetBlock: ``x + conv(SiLU(GN(conv(SiLU(GN(x))))))`` (1×1 skip when widening)."""
+
+    def __init__(self, c_in: int, c_out: int, groups: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            _norm(c_in, groups), nn.SiLU(), nn.Conv2d(c_in, c_out, 3, 1, 1),
+            _norm(c_out, groups), nn.SiLU(), nn.Conv2d(c_out, c_out, 3, 1, 1),
+        )
+        self.skip = nn.Identity() if c_in == c_out else nn.Conv2d(c_in, c_out, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.skip(x) + self.body(x)
+
+
+class Downsample(nn.Module):
+    """Table 4's EncoderBlock: GN → SiLU → 3×3 stride-2 conv with asymmetric padding → 3×3 conv."""
+
+    def __init__(self, c_in: int, c_out: int, groups: int) -> None:
+        super().__init__()
+        self.norm = _norm(c_in, groups)
+        self.down = nn.Conv2d(c_in, c_out, 3, 2, 0)
+        self.conv = nn.Conv2d(c_out, c_out, 3, 1, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.pad(F.silu(self.norm(x)), (0, 1, 0, 1))  # right and bottom only
+        return self.conv(self.down(x))
+
+
+class Upsample(nn.Module):
+    """Table 4's DecoderBlock: GN → SiLU → nearest-exact ×2 → 3×3 conv → 3×3 conv."""
+
+    def __init__(self, c_in: int, c_out: int, groups: int) -> None:
+        super().__init__()
+        self.norm = _norm(c_in, groups)
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, 1, 1)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.interpolate(F.silu(self.norm(x)), scale_factor=2.0, mode="nearest-exact")
+        return self.conv2(self.conv1(x))
+
+
+def _level_channels(spec: TokenizerSpec, levels: int) -> list[int]:
+    """Channels at each of ``levels + 1`` resolutions (the last multiplier repeats)."""
+    return [spec.channels * spec.ch_mult[min(i, len(spec.ch_mult) - 1)] for i in range(levels + 1)]
+
+
+def _levels(obs_shape: tuple[int, int, int], tokens_per_side: int) -> int:
+    """Downsampling levels from ``H × W`` to ``tokens_per_side²``; one clear error otherwise."""
+    _, height, width = obs_shape
+    ratio = height // tokens_per_side
+    if height != width or height % tokens_per_side or ratio & (ratio - 1):
+        raise WmzooError(
+            f"tokenizer: a {height}x{width} image cannot be cut into {tokens_per_side}x{tokens_per_side} "
+            "tokens by halving; use square images whose side is tokens_per_side times a power of 2"
+        )
+    return int(math.log2(ratio))
+
+
+class TokenEncoder(nn.Module):
+    """``float [N, C, H, W]`` in ``[-1, 1]`` → pre-quantisation vectors ``[N, d, s, s]``."""
+
+    def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        levels = _levels(obs_shape, spec.tokens_per_side)
+        chans = _level_channels(spec, levels)
+        layers: list[nn.Module] = [nn.Conv2d(obs_shape[0], chans[0], 3, 1, 1)]
+        for i in range(levels):
+            layers += [ResBlock(chans[i], chans[i], spec.groups) for _ in range(spec.num_res_blocks)]
+            layers.append(Downsample(chans[i], chans[i + 1], spec.groups))
+        layers += [ResBlock(chans[-1], chans[-1], spec.groups) for _ in range(spec.num_res_blocks)]
+        layers += [_norm(chans[-1], spec.groups), nn.SiLU(), nn.Conv2d(chans[-1], chans[-1], 3, 1, 1)]
+        layers.append(nn.Conv2d(chans[-1], spec.embed_dim, 1))  # pre-quantisation 1×1 conv
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class TokenDecoder(nn.Module):
+    """Code vectors ``[N, d, s, s]`` → image ``[N, C, H, W]`` in ``[-1, 1]`` scale (unclamped)."""
+
+    def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        levels = _levels(obs_shape, spec.tokens_per_side)
+        chans = _level_channels(spec, levels)[::-1]
+        layers: list[nn.Module] = [
+            nn.Conv2d(spec.embed_dim, chans[0], 1),  # post-quantisation 1×1 conv
+            nn.Conv2d(chans[0], chans[0], 3, 1, 1),
+        ]
+        for i in range(levels):
+            layers += [ResBlock(chans[i], chans[i], spec.groups) for _ in range(spec.num_res_blocks)]
+            layers.append(Upsample(chans[i], chans[i + 1], spec.groups))
+        layers += [ResBlock(chans[-1], chans[-1], spec.groups) for _ in range(spec.num_res_blocks)]
+        layers += [_norm(chans[-1], spec.groups), nn.SiLU(), nn.Conv2d(chans[-1], obs_shape[0], 3, 1, 1)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.net(z)
+
+
+# --------------------------------------------------------------------------- perceptual loss
+
+# VGG16's convolutional configuration ("D"); "M" is a 2×2 max-pool. Indices of the resulting
+# nn.Sequential match torchvision's ``vgg16().features`` so its state dict loads unchanged.
+_VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512)
+_LPIPS_TAPS = (3, 8, 15, 22, 29)  # relu1_2, relu2_2, relu3_3, relu4_3, relu5_3
+
+
+class LPIPS(nn.Module):
+    """LPIPS (Zhang et al., 2018) on VGG16 features, frozen, with weights from a local file.
+
+    The file is a ``torch.save`` or safetensors state dict holding both VGG16's convolutions as
+    ``[prefix.]features.<i>.weight|bias`` (torchvision's ``vgg16().features`` names) and the five
+    1×1 linear layers as ``lin<j>.model.1.weight`` (the ``lpips`` package's ``vgg.pth`` names) or
+    ``lins.<j>.weight``. Inputs are images in ``[-1, 1]``. It is kept out of the tokenizer's
+    state dict (frozen, and 58 MB).
+    """
+
+    shift: Tensor
+    scale: Tensor
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for item in _VGG16:
+            if item == "M":
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(c_in, int(item), 3, 1, 1), nn.ReLU()]
+                c_in = int(item)
+        self.features = nn.Sequential(*layers)
+        self.lins = nn.ModuleList(nn.Conv2d(c, 1, 1, bias=False) for c in (64, 128, 256, 512, 512))
+        self.register_buffer("shift", torch.tensor([-0.030, -0.088, -0.188]).view(1, 3, 1, 1))
+        self.register_buffer("scale", torch.tensor([0.458, 0.448, 0.450]).view(1, 3, 1, 1))
+        self._load(Path(path))
+        self.requires_grad_(False)
+        self.eval()
+
+    def _load(self, path: Path) -> None:
+        if not path.is_file():
+            raise WmzooError(f"perceptual_weights: no such file {str(path)!r}")
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors.torch import load_file
+
+                raw = load_file(str(path))
+            else:
+                raw = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # any unreadable file is a user error
+            raise WmzooError(f"perceptual_weights: cannot read {str(path)!r} ({type(exc).__name__})") from None
+        state: dict[str, Tensor] = {}
+        for key, value in raw.items():
+            if m := re.search(r"(?:^|\.)(features\.\d+\.(?:weight|bias))$", key):
+                state[m.group(1)] = value
+            elif m := re.search(r"(?:^|\.)lin(\d)\.model\.1\.weight$", key):
+                state[f"lins.{m.group(1)}.weight"] = value
+            elif m := re.search(r"(?:^|\.)(lins\.\d\.weight)$", key):
+                state[m.group(1)] = value
+        missing = sorted(set(self.state_dict()) - {"shift", "scale"} - set(state))
+        if missing:
+            raise WmzooError(f"perceptual_weights: {str(path)!r} lacks {len(missing)} tensors, e.g. {missing[0]!r}")
+        self.load_state_dict(state, strict=False)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        """Mean LPIPS distance between image batches ``x`` and ``y`` ``[N, 3, H, W]``."""
+        x, y = (x - self.shift) / self.scale, (y - self.shift) / self.scale
+        total = x.new_zeros(())
+        lin = iter(self.lins)
+        for i, layer in enumerate(self.features):
+            x, y = layer(x), layer(y)
+            if i in _LPIPS_TAPS:
+                fx = x / (x.norm(dim=1, keepdim=True) + 1e-10)
+                fy = y / (y.norm(dim=1, keepdim=True) + 1e-10)
+                total = total + next(lin)((fx - fy) ** 2).mean()
+            if i == _LPIPS_TAPS[-1]:
+                break
+        return total
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+class Tokenizer(nn.Module):
+    """The VQ-VAE ``V``: ``encode`` images to ``K`` tokens, ``embed`` and ``decode`` tokens.
+
+    ``embedding`` is the codebook ``E`` ``[N, d]``; the world models read (and REM shares) it.
+    """
+
+    def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        self.spec = spec
+        self.obs_shape = tuple(obs_shape)
+        self.side = spec.tokens_per_side
+        self.num_tokens = self.side**2
+        self.vocab_size = spec.vocab_size
+        self.encoder = TokenEncoder(spec, self.obs_shape)
+        self.decoder = TokenDecoder(spec, self.obs_shape)
+        # channels-last convolutions: ~20 % faster on CPU for IRIS's 64-channel CNN (as wmzoo.nn.cnn)
+        self.encoder.to(memory_format=torch.channels_last)
+        self.decoder.to(memory_format=torch.channels_last)
+        self.embedding = nn.Embedding(spec.vocab_size, spec.embed_dim)
+        # IRIS's initialisation of the codebook: U(-1/N, 1/N)
+        nn.init.uniform_(self.embedding.weight, -1.0 / spec.vocab_size, 1.0 / spec.vocab_size)
+        self._perceptual: list[LPIPS] = []  # a list: not a submodule, not in the state dict
+        if spec.perceptual_weight > 0:
+            if spec.perceptual_weights is None:
+                raise WmzooError(
+                    "tokenizer: perceptual_weight > 0 needs perceptual_weights, a local file of LPIPS "
+                    "VGG16 weights (wmzoo cannot download them); or set perceptual_weight=0"
+                )
+            self._perceptual.append(LPIPS(spec.perceptual_weights))
+
+    @staticmethod
+    def preprocess(obs: Tensor) -> Tensor:
+        """``uint8`` pixels → float in ``[-1, 1]`` (IRIS's input scale)."""
+        return obs.float().div(127.5).sub(1.0)
+
+    def _encode_vectors(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """``uint8 [N, C, H, W]`` → encoder outputs ``h`` ``[N, K, d]`` and tokens ``[N, K]``."""
+        x = self.preprocess(obs).contiguous(memory_format=torch.channels_last)
+        h = self.encoder(x).flatten(2).transpose(1, 2)  # raster order
+        codes = self.embedding.weight
+        dist = (h.pow(2).sum(-1, keepdim=True) - 2 * h @ codes.t() + codes.pow(2).sum(-1))
+        return h, dist.argmin(-1)
+
+    def encode(self, obs: Tensor) -> Tensor:
+        """Tokens ``LongTensor [..., K]`` of ``uint8`` images ``[..., C, H, W]``."""
+        lead = obs.shape[:-3]
+        _, tokens = self._encode_vectors(obs.reshape(-1, *obs.shape[-3:]))
+        return tokens.reshape(*lead, self.num_tokens)
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """Code vectors ``[..., K, d]`` of tokens ``[..., K]``."""
+        return self.embedding(tokens)
+
+    def _decode_vectors(self, vectors: Tensor) -> Tensor:
+        """Code vectors ``[N, K, d]`` → decoder output ``[N, C, H, W]`` in ``[-1, 1]`` scale."""
+        grid = vectors.transpose(1, 2).reshape(vectors.shape[0], -1, self.side, self.side)
+        return self.decoder(grid.contiguous(memory_format=torch.channels_last))
+
+    def decode(self, tokens: Tensor) -> Tensor:
+        """Images ``float [..., C, H, W]`` in ``[0, 1]`` from tokens ``[..., K]``."""
+        lead = tokens.shape[:-1]
+        vectors = self.embed(tokens.reshape(-1, self.num_tokens))
+        image = self._decode_vectors(vectors).add(1.0).div(2.0).clamp(0.0, 1.0)
+        return image.reshape(*lead, *image.shape[1:])
+
+    def loss(self, obs: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """Equation 8 on ``uint8`` images ``[N, C, H, W]``: the loss and its terms as floats."""
+        x = self.preprocess(obs)
+        h, tokens = self._encode_vectors(obs)
+        e = self.embed(tokens)
+        codebook = (h.detach() - e).pow(2).mean()
+        commitment = (h - e.detach()).pow(2).mean()
+        quantized = h + (e - h).detach()  # straight-through estimator
+        recon_x = self._decode_vectors(quantized)
+        diff = x - recon_x
+        recon = diff.abs().mean() if self.spec.recon == "l1" else diff.pow(2).mean()
+        total = recon + codebook + self.spec.beta * commitment
+        metrics = {
+            "tokenizer/recon": float(recon.detach()),
+            "tokenizer/codebook": float(codebook.detach()),
+            "tokenizer/commitment": float(commitment.detach()),
+        }
+        if self._perceptual:
+            lpips = self._perceptual[0].to(x.device)
+            perceptual = lpips(x, recon_x)
+            total = total + self.spec.perceptual_weight * perceptual
+            metrics["tokenizer/perceptual"] = float(perceptual.detach())
+        with torch.no_grad():
+            used = torch.bincount(tokens.flatten(), minlength=self.vocab_size).gt(0).sum()
+        metrics["tokenizer/codes_used"] = float(used)
+        metrics["tokenizer/loss"] = float(total.detach())
+        return total, metrics
