@@ -15,19 +15,19 @@ optimizer for both (IRIS: Adam lr 1e-4, clip 10). Burn-in: before imagining, the
 the reconstructions of the ``burn_in`` real frames preceding each start (IRIS: 20), reset at
 episode starts (:meth:`IrisActorCritic.burn_in`, fed by the world model's ``context``).
 
+The losses are :func:`wmzoo.agents.returns.reinforce_losses`, shared with REM's ``rem-ac``.
 Deviations: the losses are weighted by the imagination engine's termination weights (products of
-continues) where IRIS masks steps after a sampled end; the value loss is averaged over steps.
+continues) where IRIS masks steps after a sampled end, and divided by the total weight.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import lambda_returns
+from wmzoo.agents.returns import reinforce_losses
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.specs import OptimSpec, PolicySpec
@@ -117,30 +117,10 @@ class IrisActorCritic(Policy):
             lg, v, state = self.step(features[t], state)
             logits.append(lg)
             values.append(v)
-        logits_t, values_t = torch.stack(logits[:-1]), torch.stack(values)  # [H, B, A], [H + 1, B]
-        weights = trajectory.weights.detach()[:-1]
-        with torch.no_grad():
-            returns = lambda_returns(
-                trajectory.rewards.detach(), trajectory.conts.detach(), values_t.detach(),
-                self.spec.gamma, self.spec.lam,
-            )
-            advantages = returns - values_t[:-1].detach()
-        dist = Categorical(logits=logits_t)
-        log_prob = dist.log_prob(trajectory.actions.detach().long())
-        entropy = dist.entropy()
-        norm = weights.sum().clamp(min=1.0)
-        actor = -(weights * log_prob * advantages).sum() / norm
-        ent = -(weights * entropy).sum() / norm
-        critic = (weights * F.mse_loss(values_t[:-1], returns, reduction="none")).sum() / norm
-        loss = actor + self.spec.entropy * ent + critic
-        metrics = {
-            "actor_loss": actor.item(),
-            "critic_loss": critic.item(),
-            "entropy": entropy.mean().item(),
-            "return_mean": returns.mean().item(),
-            "value_mean": values_t[:-1].mean().item(),
-        }
-        return loss, metrics
+        return reinforce_losses(
+            torch.stack(logits[:-1]), torch.stack(values), trajectory,  # [H, B, A], [H + 1, B]
+            self.spec.gamma, self.spec.lam, self.spec.entropy,
+        )
 
     def learn(self, trajectory: Trajectory) -> dict[str, float]:
         loss, metrics = self.losses(trajectory)

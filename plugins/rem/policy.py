@@ -12,7 +12,9 @@ sampled action (the "action dependant" part). Linear actor and critic heads read
 Learning (no gradient into the world model): λ-returns
 ``G_t = r̂_t + γ ĉ_t ((1 − λ) V_{t+1} + λ G_{t+1})``, ``G_H = V_H`` (``ĉ = 1 − d̂``), critic
 ``(V_t − sg(G_t))²``, actor REINFORCE with baseline ``−ln π(a_t) sg(G_t − V_t) − α H[π]``, each
-term weighted by the imagined trajectory's termination mask; one AdamW for the shared network.
+term weighted by the imagined trajectory's termination weights and divided by their sum
+(:func:`wmzoo.agents.returns.reinforce_losses`, shared with IRIS's ``iris-ac``); one AdamW for the
+shared network.
 
 Module order: spec → policy → presets → plugin hook (in ``__init__``).
 """
@@ -26,7 +28,7 @@ from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import lambda_returns
+from wmzoo.agents.returns import reinforce_losses
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.specs import OptimSpec, PolicySpec
@@ -121,27 +123,10 @@ class REMActorCritic(Policy):
             values.append(self.critic(state["h"]).squeeze(-1))
             if t < horizon:
                 state = self._after_action(trajectory.actions[t], state)
-        value = torch.stack(values)  # [H + 1, B]
-        policy = Categorical(logits=torch.stack(logits[:-1]))
-        weights = trajectory.weights.detach()[:-1]
-        with torch.no_grad():
-            returns = lambda_returns(
-                trajectory.rewards.detach(), trajectory.conts.detach(), value.detach(),
-                self.spec.gamma, self.spec.lam,
-            )
-            advantage = returns - value[:-1]
-        entropy = policy.entropy()
-        log_prob = policy.log_prob(trajectory.actions.detach())
-        actor_loss = -(weights * (log_prob * advantage + self.spec.entropy * entropy)).mean()
-        critic_loss = (weights * (value[:-1] - returns) ** 2).mean()
-        metrics = {
-            "actor_loss": actor_loss.item(),
-            "critic_loss": critic_loss.item(),
-            "entropy": entropy.mean().item(),
-            "return_mean": returns.mean().item(),
-            "value_mean": value[:-1].mean().item(),
-        }
-        return actor_loss + critic_loss, metrics
+        return reinforce_losses(
+            torch.stack(logits[:-1]), torch.stack(values), trajectory,  # [H, B, A], [H + 1, B]
+            self.spec.gamma, self.spec.lam, self.spec.entropy,
+        )
 
     def learn(self, trajectory: Trajectory) -> dict[str, float]:
         """One AdamW step of the whole agent on the summed losses."""

@@ -1,6 +1,8 @@
-"""λ-returns and the percentile return normaliser against independent references."""
+"""λ-returns, the percentile return normaliser and the REINFORCE losses against independent references."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -8,7 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wmzoo.agents.returns import PercentileNormalizer, lambda_returns
+from wmzoo.agents.returns import PercentileNormalizer, lambda_returns, reinforce_losses
+from wmzoo.interfaces import Trajectory
 
 
 def reference_lambda_returns(
@@ -128,3 +131,59 @@ def test_state_dict_carries_the_averages() -> None:
     restored.load_state_dict(norm.state_dict())
     assert restored.low.item() == norm.low.item() != 0
     assert restored.high.item() == norm.high.item() != 0
+
+
+# --------------------------------------------------------------------------- REINFORCE losses
+
+
+def _reinforce_case() -> tuple[torch.Tensor, torch.Tensor, Trajectory]:
+    """H = 2, B = 2, two actions; column 1 ends after step 0, so its step 1 has weight 0."""
+    q = [0.0, math.log(3.0)]  # π = (1/4, 3/4)
+    logits = torch.tensor([[q, q], [q, [0.0, 0.0]]], dtype=torch.float64, requires_grad=True)
+    values = torch.tensor([[1.0, 1.0], [3.0, 4.0], [4.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    trajectory = Trajectory(
+        features=torch.zeros(3, 2, 1),
+        actions=torch.tensor([[1, 0], [1, 1]]),
+        rewards=torch.tensor([[1.0, 2.0], [0.0, 1.0]], dtype=torch.float64),
+        conts=torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64),
+        weights=torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]], dtype=torch.float64),
+    )
+    return logits, values, trajectory
+
+
+def test_reinforce_losses_match_a_hand_computation() -> None:
+    logits, values, trajectory = _reinforce_case()
+    loss, metrics = reinforce_losses(logits, values, trajectory, gamma=0.5, lam=0.5, entropy=0.1)
+    # γ = λ = 0.5. Column 0: G_2 = 4, G_1 = 0 + 0.5 (0.5·4 + 0.5·4) = 2, G_0 = 1 + 0.5 (0.5·3 + 0.5·2) = 2.25.
+    # Column 1: G_1 = 1 + 0.5 (0.5·0 + 0.5·0) = 1, G_0 = 2 + 0.5·0·(...) = 2.
+    # Live steps (weight 1): (t0, b0) A = 1.25, a = 1; (t0, b1) A = 1, a = 0; (t1, b0) A = −1, a = 1.
+    # The dead step (t1, b1): A = −3, value error 9, uniform policy: must not count. N = 3.
+    ln_q = [math.log(1 / 4), math.log(3 / 4)]
+    h_q = -(0.25 * ln_q[0] + 0.75 * ln_q[1])
+    actor = -(1.25 * ln_q[1] + 1.0 * ln_q[0] - 1.0 * ln_q[1]) / 3
+    critic = ((1 - 2.25) ** 2 + (1 - 2) ** 2 + (3 - 2) ** 2) / 3
+    assert loss.item() == pytest.approx(actor - 0.1 * h_q + critic, rel=1e-12)
+    assert metrics == pytest.approx({
+        "actor_loss": actor,
+        "critic_loss": critic,
+        "entropy": (3 * h_q + math.log(2)) / 4,  # unweighted mean over all steps
+        "return_mean": (2.25 + 2 + 2 + 1) / 4,
+        "value_mean": (1 + 1 + 3 + 4) / 4,
+    }, rel=1e-12)
+    loss.backward()
+    assert logits.grad is not None and values.grad is not None
+    # the zero-weight step and the bootstrap value get no gradient; returns are targets only
+    assert logits.grad[1, 1].abs().sum() == 0 and logits.grad[0, 0].abs().sum() > 0
+    assert values.grad[1, 1] == 0 and values.grad[2].abs().sum() == 0
+    assert values.grad[0, 0].item() == pytest.approx(2 * (1 - 2.25) / 3, rel=1e-12)
+
+
+def test_reinforce_losses_normalise_by_at_least_one() -> None:
+    logits, values, trajectory = _reinforce_case()
+    trajectory.weights = torch.full((3, 2), 0.1, dtype=torch.float64)  # Σ w = 0.4 < 1: divide by 1
+    _, metrics = reinforce_losses(logits, values, trajectory, gamma=0.5, lam=0.5, entropy=0.0)
+    errors = [(1 - 2.25) ** 2, (1 - 2) ** 2, (3 - 2) ** 2, (4 - 1) ** 2]
+    assert metrics["critic_loss"] == pytest.approx(0.1 * sum(errors), rel=1e-12)
+    trajectory.weights = torch.zeros(3, 2, dtype=torch.float64)
+    loss, _ = reinforce_losses(logits, values, trajectory, gamma=0.5, lam=0.5, entropy=0.1)
+    assert loss.item() == 0.0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 
 from wmzoo.cli import main
 from wmzoo.config import run_spec
 from wmzoo.data import Replay
+from wmzoo.eval.rollout import load_agent
 from wmzoo.train import loop
 from wmzoo.train.checkpoint import load_checkpoint
 
@@ -56,3 +58,37 @@ def test_offline_without_data_is_an_error(tmp_path, capsys):
     code = main(["run", "--offline", str(tmp_path / "empty"), "--logdir", str(tmp_path / "o"), "--steps", "5"])
     assert code == 2
     assert "no episodes found" in capsys.readouterr().err
+
+
+def test_interrupted_offline_run_saves_the_world_model_so_far(capsys, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    assert main(["data", "generate", "--env", "minigrid-empty-5x5", "--episodes", "2", "--split", "1,0,0",
+                 "--out", str(data)]) == 0
+    capsys.readouterr()
+    logdir = tmp_path / "offline"
+    checkpoint = logdir / "checkpoint.safetensors"
+    original = loop.WorldModelBatches.update
+    seen: dict = {"calls": 0, "on_disk": []}
+
+    def update_then_interrupt(self):
+        seen["calls"] += 1
+        seen["agent"] = self.agent
+        if checkpoint.exists():  # written by the periodic checkpoint after the previous update
+            seen["on_disk"].append(load_checkpoint(checkpoint)["progress"]["updates"])
+        if seen["calls"] == 3:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(loop.WorldModelBatches, "update", update_then_interrupt)
+    code = main(["run", "--offline", str(data), "--logdir", str(logdir), "--steps", "10",
+                 "--set", "train.checkpoint_every=1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("wmzoo: error: interrupted at update 2;")
+    assert str(checkpoint) in err
+    assert seen["on_disk"] == [1, 2]  # checkpoint_every=1: one after each finished update
+    assert load_checkpoint(checkpoint)["progress"]["updates"] == 2
+    restored = load_agent(checkpoint).world_model.state_dict()
+    trained = seen["agent"].world_model.state_dict()
+    assert restored.keys() == trained.keys()
+    assert all(torch.equal(restored[k], trained[k]) for k in trained)

@@ -1,13 +1,18 @@
-"""Return estimates and return normalisation for actor-critics trained in imagination.
+"""Return estimates, return normalisation and losses for actor-critics trained in imagination.
 
 DreamerV3 (Hafner et al., 2023), section 3 "Actor critic learning": bootstrapped λ-returns (eq. 7)
-and the percentile return normaliser (eq. 11–12). Both are shared by every actor-critic in wmzoo.
+and the percentile return normaliser (eq. 11–12), shared by every actor-critic in wmzoo; and the
+REINFORCE-with-baseline losses of IRIS (Micheli et al., 2023, section 2.3) that REM (Cohen et al.,
+2024, appendix A.1.2) reuses (:func:`reinforce_losses`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.distributions import Categorical
+
+from wmzoo.interfaces import Trajectory
 
 
 def lambda_returns(rewards: Tensor, conts: Tensor, values: Tensor, gamma: float, lam: float) -> Tensor:
@@ -36,6 +41,50 @@ def lambda_returns(rewards: Tensor, conts: Tensor, values: Tensor, gamma: float,
     for t in reversed(range(horizon)):
         returns.append(partial[t] + discount[t] * lam * returns[-1])
     return torch.stack(returns[:0:-1])
+
+
+def reinforce_losses(
+    logits: Tensor, values: Tensor, trajectory: Trajectory, gamma: float, lam: float, entropy: float
+) -> tuple[Tensor, dict[str, float]]:
+    """``L_π + L_V`` of an imagined trajectory for a discrete actor-critic, and its metrics.
+
+    IRIS (Micheli et al., 2023), section 2.3, the λ-return ``Λ_t`` and the losses ``L_V`` and
+    ``L_π``; the same objective is REM's (Cohen et al., 2024) appendix A.1.2::
+
+        G_t = r̂_t + γ ĉ_t ((1 − λ) V_{t+1} + λ G_{t+1}),   G_H = V_H        (lambda_returns)
+        L_V = Σ_t w_t (V_t − sg(G_t))² / N
+        L_π = −Σ_t w_t [ln π(a_t) sg(G_t − V_t) + α H[π_t]] / N,   N = max(1, Σ_t w_t)
+
+    ``logits [H, B, A]`` are the actor's at states ``0 .. H − 1``, ``values [H + 1, B]`` the
+    critic's at states ``0 .. H``; ``trajectory`` gives the actions, rewards, continues and the
+    termination weights ``w = trajectory.weights[:-1]`` (products of continues). Deviation from both
+    papers, which mask the steps after a sampled end: every term is weighted by ``w`` and the sums
+    are divided by the total weight ``N``, so a mean over live steps. Gradients reach ``logits``
+    and ``values`` only; returns and advantages are computed without gradient. Metrics:
+    ``actor_loss`` (the policy-gradient term, without the entropy bonus), ``critic_loss``, and
+    the unweighted means ``entropy``, ``return_mean``, ``value_mean``.
+    """
+    weights = trajectory.weights.detach()[:-1]
+    with torch.no_grad():
+        returns = lambda_returns(
+            trajectory.rewards.detach(), trajectory.conts.detach(), values.detach(), gamma, lam
+        )
+        advantages = returns - values[:-1].detach()
+    policy = Categorical(logits=logits)
+    log_prob = policy.log_prob(trajectory.actions.detach().long())
+    ent = policy.entropy()
+    norm = weights.sum().clamp(min=1.0)
+    actor = -(weights * log_prob * advantages).sum() / norm
+    bonus = (weights * ent).sum() / norm
+    critic = (weights * (values[:-1] - returns) ** 2).sum() / norm
+    metrics = {
+        "actor_loss": actor.item(),
+        "critic_loss": critic.item(),
+        "entropy": ent.mean().item(),
+        "return_mean": returns.mean().item(),
+        "value_mean": values[:-1].mean().item(),
+    }
+    return actor - entropy * bonus + critic, metrics
 
 
 class PercentileNormalizer(nn.Module):

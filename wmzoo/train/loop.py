@@ -178,8 +178,8 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
 
     with _interrupt_guard(checkpoint, progress, offline=True):
         for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
-            progress.updates += 1
             logger.add(batches.update().metrics)
+            progress.updates += 1  # counts finished updates, as the checkpoint's weights
             if progress.updates % run.train.log_every == 0:
                 logger.write(progress.updates)
             if progress.updates % run.train.checkpoint_every == 0:

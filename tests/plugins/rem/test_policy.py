@@ -81,8 +81,9 @@ def test_losses_match_hand_computation():
         G = lambda_returns(traj.rewards, traj.conts, v, 0.995, 0.95)
         dist = torch.distributions.Categorical(logits=torch.stack(logits[:-1]))
         w = traj.weights[:-1]
-        actor = -(w * (dist.log_prob(traj.actions) * (G - v[:-1]) + 0.001 * dist.entropy())).mean()
-        critic = (w * (v[:-1] - G) ** 2).mean()
+        norm = w.sum().clamp(min=1.0)  # a mean over live steps
+        actor = -(w * (dist.log_prob(traj.actions) * (G - v[:-1]) + 0.001 * dist.entropy())).sum() / norm
+        critic = (w * (v[:-1] - G) ** 2).sum() / norm
     torch.testing.assert_close(loss.detach(), actor + critic, rtol=1e-5, atol=1e-6)
     assert metrics["critic_loss"] == pytest.approx(float(critic), rel=1e-5)
 
