@@ -2,7 +2,7 @@
 reward prediction accuracy, inference vs imagination, of RSSM-TBTT, TSSM-XL and S4WM trained on
 the same data with the same budget of training frames.
 
-    python benchmarks/distracting_memory.py --workdir runs/dm100 --episodes 1000 --frames 300000
+    python benchmarks/distracting_memory.py --workdir runs/dm100 --episodes 1000 --frames 120000
 
 Steps, each through the CLI a user would run (so the report tests the library as shipped):
 
@@ -116,7 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("runs/dm100"))
     parser.add_argument("--episodes", type=int, default=1000, help="episodes generated (8/1/1 split)")
-    parser.add_argument("--frames", type=int, default=300_000, help="training frames per backbone")
+    parser.add_argument("--frames", type=int, default=120_000, help="training frames per backbone")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     data = args.workdir / "data"
