@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="train a backbone on an environment (online, or --offline)")
     p.add_argument("--backbone", help="backbone name (default: rssm)")
-    p.add_argument("--env", help="environment name (default: minigrid-empty-5x5)")
+    p.add_argument("--env", help="environment name (default: minigrid-empty-5x5; with --offline: the recorded one)")
     p.add_argument("--preset", help="tiny (CPU minutes, default), small (CPU hour) or paper")
     p.add_argument("--policy", help="policy plugin (default: the backbone's own)")
     p.add_argument("--steps", type=int, help="env steps (online) or updates (--offline)")
@@ -191,7 +191,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"train.steps={args.steps}")
-    run = run_spec(args.backbone, args.env, args.preset, args.policy, args.seed, args.config, overrides)
+    env = args.env
+    if args.offline and env is None:  # the recorded env, so eval and imagine use the same one
+        from wmzoo.train.loop import recorded_env_info
+
+        recorded = recorded_env_info(args.offline)
+        env = recorded.name if recorded is not None else None
+    run = run_spec(args.backbone, env, args.preset, args.policy, args.seed, args.config, overrides)
     logdir = Path(args.logdir or f"runs/{run.backbone}-{run.env}-{run.preset}")
     if args.offline:
         path = train_offline(run, Path(args.offline), logdir, updates=run.train.steps,

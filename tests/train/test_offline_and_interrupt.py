@@ -92,3 +92,17 @@ def test_interrupted_offline_run_saves_the_world_model_so_far(capsys, tmp_path, 
     trained = seen["agent"].world_model.state_dict()
     assert restored.keys() == trained.keys()
     assert all(torch.equal(restored[k], trained[k]) for k in trained)
+
+
+def test_an_offline_run_takes_the_recorded_env(capsys, tmp_path):
+    """Without --env, the run's spec names the env the dataset was recorded in, so `wmzoo eval`
+    and `wmzoo imagine` on its checkpoint use that env, not the CLI's default."""
+    import yaml
+
+    data = tmp_path / "data"
+    assert main(["data", "generate", "--env", "minigrid-empty-6x6", "--episodes", "2", "--split", "1,0,0",
+                 "--out", str(data)]) == 0
+    logdir = tmp_path / "offline"
+    assert main(["run", "--offline", str(data), "--logdir", str(logdir), "--steps", "1", "--no-progress"]) == 0
+    assert yaml.safe_load((logdir / "run.yaml").read_text())["env"] == "minigrid-empty-6x6"
+    capsys.readouterr()

@@ -254,11 +254,18 @@ def _checkpoint_tree(agent: Agent, progress: Progress) -> dict[str, Any]:
             **agent.state_tree()}
 
 
+def recorded_env_info(data: str | Path) -> EnvInfo | None:
+    """The env of recorded episodes (``env.json`` of a dataset's train split or of a run's
+    replay folder), or ``None`` when the recorder wrote none."""
+    meta = training_dir(data) / ENV_INFO
+    return EnvInfo.from_dict(json.loads(meta.read_text())) if meta.is_file() else None
+
+
 def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
     """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
-    meta = data / ENV_INFO
-    if meta.is_file():
-        return EnvInfo.from_dict(json.loads(meta.read_text()))
+    info = recorded_env_info(data)
+    if info is not None:
+        return info
     env = make_env(run.env, size=run.train.image_size)
     try:
         return env_info(env, run.env)
