@@ -116,18 +116,22 @@ def stream_id(env: str, seed: int, split: str) -> str:
 # --------------------------------------------------------------------------- recording
 
 
-def record_episode(env: Any, seed: int) -> tuple[dict[str, np.ndarray], bool]:
+def record_episode(
+    env: Any, seed: int | None, max_steps: int | None = None
+) -> tuple[dict[str, np.ndarray], bool]:
     """One episode of ``env`` from ``reset(seed=seed)`` as row arrays plus per-row extras.
 
     Actions come from the env's scripted policy when it has one (the episode then stops after
     ``context_length + query_length`` rows at the latest), else uniformly at random from the
-    action space seeded with ``seed``. Returns the arrays and whether the policy was scripted.
+    action space seeded with ``seed`` (``seed=None``: the env's next episode, the action space's
+    generator continued). ``max_steps`` caps the steps (rows: one more). Returns the arrays and
+    whether the policy was scripted.
     """
     from wmzoo.envs.scripted import scripted_task
 
     task = scripted_task(env)
     obs, info = env.reset(seed=seed)
-    if task is None:
+    if task is None and seed is not None:
         env.action_space.seed(seed)
     limit = task.context_length + task.query_length if task is not None else None
     frames, infos, actions, rewards, terminals = [obs], [info], [], [], []
@@ -140,6 +144,8 @@ def record_episode(env: Any, seed: int) -> tuple[dict[str, np.ndarray], bool]:
         rewards.append(reward)
         terminals.append(terminated)
         if terminated or truncated or (limit is not None and len(frames) >= limit):
+            break
+        if max_steps is not None and len(actions) >= max_steps:
             break
     action = np.asarray(actions)
     action = action.astype(np.int64) if action.dtype.kind in "iub" else action.astype(np.float32)

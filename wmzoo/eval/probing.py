@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
+from wmzoo.data.store import FIELDS
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import WorldModel
 from wmzoo.nn import MLP
@@ -60,7 +61,6 @@ from wmzoo.train.optim import Optimizer
 if TYPE_CHECKING:
     from wmzoo.train.agent import Agent
 
-ROW_KEYS = ("obs", "action", "reward", "terminal", "is_first")
 PROBE_KEYS = ("walls", "objects", "agent_pos", "agent_dir")
 """The ``info["probe"]`` entries probing reads, stored in episodes as ``probe_<name>``."""
 
@@ -129,7 +129,7 @@ def _device(world_model: WorldModel) -> torch.device:
 
 
 def _check_episode(episode: dict[str, np.ndarray], index: int, world_model: WorldModel) -> None:
-    missing = [k for k in (*ROW_KEYS, *(f"probe_{p}" for p in PROBE_KEYS)) if k not in episode]
+    missing = [k for k in (*FIELDS, *(f"probe_{p}" for p in PROBE_KEYS)) if k not in episode]
     if missing:
         raise WmzooError(
             f"episode {index} lacks {', '.join(missing)}: probing needs the rows and the "
@@ -322,48 +322,23 @@ def collect_probe_episodes(
     for every entry of ``info["probe"]`` at that row's observation. The first episode's maze
     comes from ``seed``, the next from the same task's generator.
     """
+    from wmzoo.data.generate import record_episode
     from wmzoo.registry import make_env
 
     if n < 1 or steps < 1:
         raise WmzooError(f"collect_probe_episodes needs n >= 1 and steps >= 1, got n={n}, steps={steps}")
     env = make_env(env_name, seed=seed, size=size, train=False)
-    env.action_space.seed(seed)
     episodes = []
     try:
         for i in range(n):
-            obs, info = env.reset(seed=seed if i == 0 else None)
-            rows: dict[str, list] = {key: [] for key in ROW_KEYS}
-            probes: dict[str, list] = {}
-            done = False
-            while not done and len(rows["obs"]) < steps:
-                action = np.asarray(env.action_space.sample())
-                next_obs, reward, terminated, truncated, next_info = env.step(action)
-                _append(rows, probes, info, env_name, obs, action, reward, terminated, not rows["obs"])
-                obs, info, done = next_obs, next_info, terminated or truncated
-            _append(rows, probes, info, env_name, obs, np.zeros_like(action), 0.0, False, False)
-            episode = {
-                "obs": np.stack(rows["obs"]).astype(np.uint8),
-                "action": np.stack(rows["action"]),
-                "reward": np.asarray(rows["reward"], np.float32),
-                "terminal": np.asarray(rows["terminal"], bool),
-                "is_first": np.asarray(rows["is_first"], bool),
-            }
-            episodes.append(episode | {f"probe_{k}": np.stack(v) for k, v in probes.items()})
+            data, _ = record_episode(env, seed if i == 0 else None, max_steps=steps)
+            probes = {k: v for k, v in data.items() if k.startswith("probe_")}
+            if not probes:
+                raise WmzooError(
+                    f"environment '{env_name}' gives no probe targets (info['probe']); "
+                    "probing needs a Memory Maze env, e.g. memory-maze-9x9"
+                )
+            episodes.append({key: data[key] for key in FIELDS} | probes)
     finally:
         env.close()
     return episodes
-
-
-def _append(
-    rows: dict[str, list], probes: dict[str, list], info: dict, env_name: str,
-    *values: object,
-) -> None:
-    if "probe" not in info:
-        raise WmzooError(
-            f"environment '{env_name}' gives no probe targets (info['probe']); "
-            "probing needs a Memory Maze env, e.g. memory-maze-9x9"
-        )
-    for key, value in zip(ROW_KEYS, values):
-        rows[key].append(value)
-    for key, value in info["probe"].items():
-        probes.setdefault(key, []).append(value)
