@@ -46,6 +46,7 @@ def test_list_json_through_the_console_script():
         (["run", "--preset", "huge"], "unknown preset 'huge' of backbone 'rssm'; known: paper, paper-2d, small, tiny"),
         (["bench", "--backbones", "rssm:nope", "--mode", "train"], "unknown preset"),
         (["eval", "--checkpoint", "/nonexistent/ckpt.safetensors"], "no such file"),
+        (["eval", "--checkpoint", "x", "--temperature", "0"], "--temperature 0.0: must be positive"),
         (["imagine", "--checkpoint", "x", "--out", "movie.mp4"], "must end in .gif or .png"),
         (["run", "--steps", "many"], "invalid int value: 'many'"),
     ],

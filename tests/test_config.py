@@ -65,3 +65,25 @@ def test_config_rejects_unknown_top_level_keys(tmp_path):
     config.write_text("modle:\n  deter: 3\n")
     with pytest.raises(WmzooError, match=r"unknown top-level field\(s\) \['modle'\]"):
         run_spec(config=config)
+
+
+def test_backbone_schedules_its_paper_trainer_preset():
+    """REM table 3: one world-model update (64 x 10) per env step, the actor-critic every second
+    from epoch 50, 100 training-only epochs; the same under paper-atari100k; --set still wins."""
+    for name in ("paper", "paper-atari100k"):
+        run = run_spec("rem", "atari-pong", name)
+        assert run.train.train_ratio == 640 == run.model["batch_size"] * run.model["seq_len"]
+        assert run.train.policy_every == 2 and run.train.final_updates == 20_000
+        assert run.policy["start"] == 9000 and run.policy["epsilon"] == 0.01
+    assert run_spec("rem", "atari-pong", "paper", overrides=["train.policy_every=1"]).train.policy_every == 1
+    assert run_spec("rem", "atari-pong", "small").train.final_updates == 0  # no schedule for small
+    assert run_spec("rssm", "atari-pong", "paper").train.train_ratio == 512  # others keep the trainer's
+
+
+def test_backbone_only_preset_trains_with_the_trainer_paper_preset():
+    run = run_spec("iris", "atari-pong", "rem-config")
+    assert run.train.steps == 100_000  # the trainer's paper preset
+    assert run.train.train_ratio == 64 * 10 and run.train.policy_every == 2  # iris's rem-config schedule
+    assert run.policy["horizon"] == 10  # iris-ac's rem-config preset
+    with pytest.raises(WmzooError, match="unknown preset 'medium'"):
+        run_spec("iris", "atari-pong", "medium")

@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=27_000,
                    help="cap on steps per episode (default: Atari's 108,000 frames at frame skip 4)")
     p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy mode")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="sample at temperature T (implies --sample; REM and IRIS evaluate at 0.5)")
     p.add_argument("--seed", type=int, default=10_000)
     p.add_argument("--json", dest="json_path", help="also write the results as JSON here")
 
@@ -216,8 +218,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.max_steps < 1:
         raise WmzooError("--episodes and --max-steps must be at least 1")
+    if args.temperature is not None and not args.temperature > 0:
+        raise WmzooError(f"--temperature {args.temperature}: must be positive (1: the policy's own distribution)")
     agent = load_agent(args.checkpoint)
-    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=args.sample)
+    temperature = 1.0 if args.temperature is None else args.temperature
+    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed,
+                       sample=args.sample or args.temperature is not None, temperature=temperature)
     for i, r in enumerate(results):
         unlocked = "" if r.achievements is None else f", {len(r.achievements)} achievements"
         print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length}{unlocked})")
@@ -231,7 +237,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json_path:
         run = agent.run
         payload = {"checkpoint": str(args.checkpoint), "env": run.env, "backbone": run.backbone,
-                   "preset": run.preset, "seed": run.seed, **summary,
+                   "preset": run.preset, "seed": run.seed,
+                   "sample": args.sample or args.temperature is not None, "temperature": temperature, **summary,
                    "episodes": [r.__dict__ for r in results]}
         write_text_atomic(args.json_path, json.dumps(payload, indent=2))
     return 0

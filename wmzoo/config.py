@@ -64,8 +64,16 @@ def run_spec(
     model_preset = _family(preset_name, entry.presets) if preset_name in TRAIN_PRESETS else preset_name
     model = world_model_spec(backbone, model_preset, tree["model"])
     pol = policy_spec(policy, _family(preset_name, registry.policy(policy).presets), tree["policy"])
-    train_base = preset(TRAIN_PRESETS, _family(preset_name, TRAIN_PRESETS), "the trainer")
-    train = validate(TrainSpec, merge(train_base.model_dump(), tree["train"]), prefix="train")
+    # the trainer's preset of that name, else of its family; a backbone's own variant (iris's
+    # rem-config, a paper-scale configuration) trains with the trainer's paper preset
+    train_family = _family(preset_name, TRAIN_PRESETS)
+    if train_family not in TRAIN_PRESETS and preset_name in entry.presets:
+        train_family = "paper"
+    train_base = preset(TRAIN_PRESETS, train_family, "the trainer").model_dump()
+    # the backbone's own schedule for this preset (its exact name first, else its family's)
+    schedule = entry.train_presets.get(_family(preset_name, entry.train_presets), {})
+    train_base = merge(train_base, dict(schedule))
+    train = validate(TrainSpec, merge(train_base, tree["train"]), prefix="train")
     data = {
         "backbone": backbone, "env": env, "preset": preset_name, "policy_name": policy,
         "seed": seed if seed is not None else file.get("seed", 0),

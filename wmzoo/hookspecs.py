@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -43,6 +43,9 @@ class BackboneEntry:
 
     ``presets`` must hold ``tiny``, ``small`` and ``paper`` instances of ``spec``;
     ``build(spec, env)`` returns the :class:`~wmzoo.interfaces.WorldModel`.
+    ``train_presets`` changes fields of the trainer's preset of the same name for this backbone,
+    where its paper's schedule differs from the trainer's default (REM's ``paper``: one
+    world-model update per env step, the actor-critic every second, ``--set`` still wins).
     """
 
     name: str
@@ -52,6 +55,7 @@ class BackboneEntry:
     default_policy: str = "dreamer"
     description: str = ""
     paper: str = ""
+    train_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -291,8 +291,14 @@ class Policy(nn.Module, ABC):
         return self.initial_state(features.shape[0])
 
     @abstractmethod
-    def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:
-        """An action for each row of ``features``; greedy when ``sample`` is false."""
+    def act(
+        self, features: Tensor, state: State, sample: bool = True, temperature: float = 1.0
+    ) -> tuple[Tensor, State]:
+        """An action for each row of ``features``; greedy when ``sample`` is false.
+
+        ``temperature`` (sampling only) divides categorical logits, or scales a continuous
+        policy's spread. Callers pass it only when it is not 1, so a policy written without the
+        argument still acts; it fails only when someone asks it for a temperature."""
 
     @abstractmethod
     def learn(self, trajectory: Trajectory) -> dict[str, float]:

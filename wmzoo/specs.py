@@ -63,6 +63,14 @@ class PolicySpec(Spec):
     max_starts: int = Field(
         0, ge=0, description="imagine from at most this many start states per update (0: all)"
     )
+    start: int = Field(
+        0, ge=0, description="world-model updates before the policy starts learning (IRIS/REM "
+        "table 3: the actor-critic starts 25 epochs of 200 updates after the world model)",
+    )
+    epsilon: float = Field(
+        0.0, ge=0, le=1, description="ε-greedy collection: the chance of a uniformly random "
+        "action at each env step of training (REM table 2: 0.01)",
+    )
 
 
 class TrainSpec(Spec):
@@ -80,6 +88,10 @@ class TrainSpec(Spec):
         512.0, gt=0, description="replayed steps trained on per env step (DreamerV3 definition)"
     )
     policy_every: int = Field(1, ge=1, description="train the policy every n world-model updates")
+    final_updates: int = Field(
+        0, ge=0, description="updates (world model, then policy as usual) after the last env step "
+        "(REM table 2 / IRIS: 600 epochs of which 500 collect, so 100 x 200 = 20,000)",
+    )
     replay_capacity: int = Field(1_000_000, ge=1, description="steps kept in replay")
     replay_chunk: int = Field(1024, ge=16, description="steps per replay file on disk")
     sampling: Literal["uniform", "recency"] = Field("uniform", description="replay segment sampling")

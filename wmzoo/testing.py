@@ -19,6 +19,7 @@ from wmzoo.bench.harness import synthetic_batch
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import EnvInfo, State, TrainOutput, WorldModel
 from wmzoo.registry import default_registry, world_model_spec
+from wmzoo.specs import TRAIN_PRESETS, TrainSpec, merge
 from wmzoo.train.optim import step_components, world_model_optimizers
 
 CHECK_ENV = EnvInfo(name="check-32x32", obs_shape=(3, 32, 32), num_actions=4)
@@ -91,7 +92,8 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
 def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo = CHECK_ENV) -> None:
     """Build the registered backbone ``name`` at ``preset`` and run :func:`check_world_model`.
 
-    Also checks that the entry has the three standard presets, each valid for its spec.
+    Also checks that the entry has the three standard presets, each valid for its spec, and that
+    its ``train_presets`` name presets and change valid trainer fields.
     """
     entry = default_registry().backbone(name)
     missing = {"tiny", "small", "paper"} - set(entry.presets)
@@ -99,5 +101,11 @@ def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any]
     for preset_name, spec in entry.presets.items():
         assert isinstance(spec, entry.spec), f"preset {preset_name!r} is not a {entry.spec.__name__}"
         entry.spec.model_validate(spec.model_dump())
+    for preset_name, changes in entry.train_presets.items():
+        assert preset_name in TRAIN_PRESETS or preset_name in entry.presets, (
+            f"train_presets of {name!r} names {preset_name!r}, neither a trainer nor a backbone preset"
+        )
+        base = TRAIN_PRESETS.get(preset_name, TRAIN_PRESETS["paper"])
+        TrainSpec.model_validate(merge(base.model_dump(), changes))
     spec = world_model_spec(name, preset, overrides)
     check_world_model(entry.build(spec, env), env)

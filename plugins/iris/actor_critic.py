@@ -101,11 +101,13 @@ class IrisActorCritic(Policy):
         return self._reset(state, is_first[:, -1])
 
     @torch.no_grad()
-    def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:
+    def act(
+        self, features: Tensor, state: State, sample: bool = True, temperature: float = 1.0
+    ) -> tuple[Tensor, State]:
         if not state:
             state = self.initial_state(features.shape[0])
         logits, _, state = self.step(features, state)
-        action = Categorical(logits=logits).sample() if sample else logits.argmax(-1)
+        action = Categorical(logits=logits / temperature).sample() if sample else logits.argmax(-1)
         return action, state
 
     def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
@@ -137,10 +139,11 @@ PRESETS: dict[str, IrisActorCriticSpec] = {
                                 optim=OptimSpec(lr=3e-4, clip=10.0)),
     "small": IrisActorCriticSpec(horizon=15, channels=(16, 16, 32, 32), lstm=256,
                                  optim=OptimSpec(lr=1e-4, clip=10.0)),
-    # IRIS: H = 20, γ 0.995, λ 0.95, entropy 0.001, Adam 1e-4, clip 10.
-    "paper": IrisActorCriticSpec(horizon=20),
-    # REM table 2 / 3 / 5: H = 10; actor-critic lr 1e-4, clip 3, wd 0.01.
+    # IRIS: H = 20, γ 0.995, λ 0.95, entropy 0.001, Adam 1e-4, clip 10; collection ε 0.01;
+    # from epoch 50, 45 epochs x 200 world-model updates after the tokenizer's first (epoch 5).
+    "paper": IrisActorCriticSpec(horizon=20, start=45 * 200, epsilon=0.01),
+    # REM table 2 / 3 / 5: H = 10, ε 0.01; actor-critic lr 1e-4, clip 3, wd 0.01, from epoch 50.
     "rem-config": IrisActorCriticSpec(
-        horizon=10, optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=3.0)
+        horizon=10, start=45 * 200, epsilon=0.01, optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=3.0)
     ),
 }

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from wmzoo.interfaces import Batch, EnvInfo, State, Step, TrainOutput, WorldModel
 from wmzoo.nn.heads import masked_mean, reward_cont_targets, start_conts
-from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec
+from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
 from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
@@ -205,14 +205,12 @@ class IrisWorldModel(WorldModel):
         tokens = tokens[:, : (batch.shape[1] // size) * size].reshape(-1, size, self.K)
         out = self.sequence(tokens, win.action)  # [B', T, K + 1, d]
         # within a frame: outputs at z^1..z^{K-1} predict z^2..z^K
-        within = F.cross_entropy(
-            self.head_obs(out[:, :, :-2]).flatten(0, 2), tokens[:, :, 1:].flatten(), reduction="none"
-        )
+        within_logits = self.head_obs(out[:, :, :-2])
+        within = F.cross_entropy(within_logits.flatten(0, 2), tokens[:, :, 1:].flatten(), reduction="none")
         # across frames: the output at a_t predicts z_{t+1}^1 (not into a new episode)
         action_out = out[:, :-1, -1]
-        across = F.cross_entropy(
-            self.head_obs(action_out).flatten(0, 1), tokens[:, 1:, 0].flatten(), reduction="none"
-        )
+        across_logits = self.head_obs(action_out)
+        across = F.cross_entropy(across_logits.flatten(0, 1), tokens[:, 1:, 0].flatten(), reduction="none")
         across_mask = (~win.is_first[:, 1:]).flatten().float()
         obs_loss = (within.sum() + (across * across_mask).sum()) / (within.numel() + across_mask.sum())
 
@@ -225,10 +223,14 @@ class IrisWorldModel(WorldModel):
             F.cross_entropy(self.head_end(action_out).transpose(1, 2), (1 - cont).long(), reduction="none"), mask
         )
         loss = obs_loss + reward_loss + end_loss
+        # frames 1..T-1 of each window as predicted: z^1 from a_{t-1}, z^2..z^K within the frame
+        predicted = torch.cat([across_logits.argmax(-1)[..., None], within_logits[:, 1:].argmax(-1)], -1)
+        scored = ~win.is_first[:, 1:]
         metrics = {
             "world_model/obs_ce": float(obs_loss.detach()),
             "world_model/reward_ce": float(reward_loss.detach()),
             "world_model/end_ce": float(end_loss.detach()),
+            **next_token_accuracy(predicted[scored], tokens[:, 1:][scored], tokens[:, :-1][scored]),
         }
         return loss, metrics
 
@@ -363,3 +365,14 @@ PRESETS: dict[str, IrisSpec] = {
         optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),
     ),
 }
+
+# The trainer's presets as IRIS (appendix B and its config) and REM (table 3) schedule them
+# (`--set train.…` still wins). An epoch is 200 env steps, then 200 updates of each component:
+# one world-model update per env step (train_ratio = its batch, 64 x 20 replayed steps); with
+# rem-config, REM's 64 x 10 batch and 100 actor-critic updates per epoch. 600 epochs of which the
+# last 100 collect nothing.
+TRAIN_PRESETS: dict[str, dict[str, float | int]] = {
+    "paper": {"train_ratio": 64 * 20, "policy_every": 1, "final_updates": 100 * 200},
+    "rem-config": {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200},
+}
+

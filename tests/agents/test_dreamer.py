@@ -288,3 +288,17 @@ def test_learns_to_push_a_continuous_action_up() -> None:
         policy.learn(Trajectory(features, actions, actions[..., 0], torch.ones(H, B), torch.ones(H + 1, B)))
     greedy, _ = policy.act(torch.randn(1000, FEATURES), {}, sample=False)
     assert greedy.mean().item() > 0.5
+
+
+def test_temperature_scales_the_spread_of_sampled_actions() -> None:
+    """Discrete: logits / T, so a cold sample is the mode; continuous: σ·T around the mean."""
+    torch.manual_seed(0)
+    features = torch.randn(2000, FEATURES)
+    policy = DreamerPolicy(tiny(), (FEATURES,), DISCRETE)
+    greedy, _ = policy.act(features, {}, sample=False)
+    assert torch.equal(policy.act(features, {}, temperature=1e-4)[0], greedy)
+    assert not torch.equal(policy.act(features, {})[0], greedy)
+    policy = DreamerPolicy(tiny(), (FEATURES,), CONTINUOUS)
+    mean = policy.act(features, {}, sample=False)[0]
+    spread = [(policy.act(features, {}, temperature=t)[0] - mean).std() for t in (0.5, 0.25)]
+    assert 1.7 < spread[0] / spread[1] < 2.3

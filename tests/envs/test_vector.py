@@ -4,6 +4,7 @@ plain per-env loop (same seeds, random actions), in wmzoo's row convention."""
 from __future__ import annotations
 
 from collections import defaultdict
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,13 +20,15 @@ ENV, N, SEED, STEPS = "minigrid-empty-5x5", 2, 5, 230  # random episodes end wit
 
 
 class RandomAgent:
-    """The part of Agent the collector calls, acting only with the forced (random) actions."""
+    """The part of Agent the collector reads, acting only with the forced (random) actions."""
+
+    policy = SimpleNamespace(spec=SimpleNamespace(epsilon=0.0))
 
     def reset_acting(self) -> None:
         pass
 
-    def act(self, obs, is_first, sample=True, actions=None):
-        assert actions is not None and len(obs) == len(is_first) == len(actions)
+    def act(self, obs, is_first, sample=True, actions=None, override=None):
+        assert actions is not None and override is None and len(obs) == len(is_first) == len(actions)
         return actions
 
 

@@ -131,13 +131,18 @@ class DreamerPolicy(Policy):
         return TwoHot(self.critic(features)).mean()
 
     @torch.no_grad()
-    def act(self, features: Tensor, state: State, sample: bool = True) -> tuple[Tensor, State]:
-        """int64 indices ``[B]`` (discrete) or float ``[B, A]`` in ``[-1, 1]``; greedy: mode / mean."""
+    def act(
+        self, features: Tensor, state: State, sample: bool = True, temperature: float = 1.0
+    ) -> tuple[Tensor, State]:
+        """int64 indices ``[B]`` (discrete) or float ``[B, A]`` in ``[-1, 1]``; greedy: mode / mean;
+        ``temperature`` divides the logits or multiplies the standard deviation."""
         dist = self.dist(features)
         if self.env.discrete:
-            action = dist.sample() if sample else dist.logits.argmax(-1)
+            action = Categorical(logits=dist.logits / temperature).sample() if sample else dist.logits.argmax(-1)
         else:
-            action = dist.sample().clamp(-1.0, 1.0) if sample else dist.mean
+            normal = dist.base_dist  # type: ignore[attr-defined]
+            noisy = Normal(normal.loc, normal.scale * temperature).sample()
+            action = noisy.clamp(-1.0, 1.0) if sample else dist.mean
         return action, state
 
     def losses(self, trajectory: Trajectory) -> tuple[Tensor, Tensor, dict[str, float]]:

@@ -41,8 +41,12 @@ class EpisodeResult:
     achievements: list[str] | None = None  # unlocked in this episode, where the env counts them
 
 
-def evaluate(agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sample: bool = False) -> list[EpisodeResult]:
-    """Run ``episodes`` episodes (test-time env protocol), each at most ``max_steps`` steps."""
+def evaluate(
+    agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sample: bool = False,
+    temperature: float = 1.0,
+) -> list[EpisodeResult]:
+    """Run ``episodes`` episodes (test-time env protocol), each at most ``max_steps`` steps,
+    acting greedily or, with ``sample``, sampling at ``temperature``."""
     run = agent.run
     env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
     results = []
@@ -52,7 +56,7 @@ def evaluate(agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sa
             agent.reset_acting()
             first, total, steps, done = True, 0.0, 0, False
             while not done and steps < max_steps:
-                action = agent.act(obs[None], np.array([first]), sample=sample)[0]
+                action = agent.act(obs[None], np.array([first]), sample=sample, temperature=temperature)[0]
                 obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 steps += 1

@@ -372,3 +372,25 @@ class Tokenizer(nn.Module):
         metrics["tokenizer/codes_used"] = float(used)
         metrics["tokenizer/loss"] = float(total.detach())
         return total, metrics
+
+
+@torch.no_grad()
+def next_token_accuracy(predicted: Tensor, target: Tensor, previous: Tensor) -> dict[str, float]:
+    """A token world model's next-frame accuracy beside two baselines, over ``M`` scored frames.
+
+    ``predicted``, ``target`` and ``previous`` are token ids ``[M, K]``: the model's most likely
+    tokens of each scored frame, its true tokens, and the true tokens of the frame before it.
+
+    * ``obs_acc``: the fraction of tokens predicted right.
+    * ``obs_acc_freq``: the frequency baseline, predicting at each position ``k`` the token most
+      frequent at ``k`` among these very targets (an upper bound of any frequency predictor).
+    * ``obs_acc_copy``: predicting that every token stays as in the previous frame.
+    """
+    if target.numel() == 0:
+        return {}
+    mode = torch.mode(target, dim=0).values  # [K]: the most frequent token per position
+    return {
+        "world_model/obs_acc": float((predicted == target).float().mean()),
+        "world_model/obs_acc_freq": float((mode == target).float().mean()),
+        "world_model/obs_acc_copy": float((previous == target).float().mean()),
+    }

@@ -72,13 +72,16 @@ class Agent(nn.Module):
     # -- acting in real environments --------------------------------------------------
     @torch.no_grad()
     def act(
-        self, obs: np.ndarray, is_first: np.ndarray, sample: bool = True, actions: np.ndarray | None = None
+        self, obs: np.ndarray, is_first: np.ndarray, sample: bool = True, actions: np.ndarray | None = None,
+        override: np.ndarray | None = None, temperature: float = 1.0,
     ) -> np.ndarray:
         """Actions for ``N`` envs from their current observations ``uint8 [N, C, H, W]``.
 
         Keeps the world model's filter state and the policy state per env; ``is_first`` resets
         an env's states (start of a new episode). ``actions`` overrides the policy's choice
-        (random prefill) while the filter state still follows the actions really taken.
+        (random prefill; with the bool mask ``override``, only for those envs: ε-greedy) while
+        the filter state still follows the actions really taken. ``temperature``: sampling
+        temperature of the policy (see :meth:`~wmzoo.interfaces.Policy.act`).
         """
         n = obs.shape[0]
         first = torch.as_tensor(is_first, device=self.device)
@@ -97,9 +100,15 @@ class Agent(nn.Module):
         pstate = acting["pstate"]
         if pstate:
             pstate = reset_state(pstate, self.policy.initial_state(n), first)
-        action, pstate = self.policy.act(self.world_model.features(state), pstate, sample=sample)
+        extra = {"temperature": temperature} if temperature != 1.0 else {}
+        action, pstate = self.policy.act(self.world_model.features(state), pstate, sample=sample, **extra)
         if actions is not None:
-            action = torch.as_tensor(actions, dtype=self.env.action_dtype, device=self.device)
+            forced = torch.as_tensor(actions, dtype=self.env.action_dtype, device=self.device)
+            if override is None:
+                action = forced
+            else:
+                mask = torch.as_tensor(override, device=self.device).view(-1, *[1] * (action.dim() - 1))
+                action = torch.where(mask, forced, action)
         acting.update(state=state, pstate=pstate, prev_action=action)
         return action.cpu().numpy()
 

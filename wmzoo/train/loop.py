@@ -48,6 +48,7 @@ class Progress:
     updates: int = 0
     episodes: int = 0
     credit: float = 0.0  # world-model updates owed by the train ratio
+    final: int = 0  # of train.final_updates, done after the last env step
 
 
 class Collector:
@@ -63,6 +64,8 @@ class Collector:
         self.envs, self.agent, self.replay = envs, agent, replay
         n = envs.num_envs
         self.samplers = action_samplers(envs, seed)
+        self.epsilon = agent.policy.spec.epsilon
+        self.rng = np.random.default_rng(seed)
         self.obs, _ = envs.reset(seed=[seed + i for i in range(n)])
         self.is_first = np.ones(n, bool)
         self.returns = np.zeros(n)
@@ -70,9 +73,14 @@ class Collector:
         agent.reset_acting()
 
     def step(self, random: bool) -> list[tuple[float, int]]:
-        """One step of every env; returns (return, length) of the episodes that ended."""
-        forced = np.stack([space.sample() for space in self.samplers]) if random else None
-        actions = self.agent.act(self.obs, self.is_first, actions=forced)
+        """One step of every env; returns (return, length) of the episodes that ended.
+
+        ``random``: every action uniformly random (prefill); otherwise the policy's, each
+        replaced by a random one with the policy spec's ``epsilon`` chance (ε-greedy)."""
+        n = self.envs.num_envs
+        explore = np.ones(n, bool) if random else self.rng.random(n) < self.epsilon
+        forced = np.stack([space.sample() for space in self.samplers]) if explore.any() else None
+        actions = self.agent.act(self.obs, self.is_first, actions=forced, override=None if random else explore)
         obs, rewards, terminated, truncated, info = self.envs.step(actions)
         ended = []
         for i in range(len(actions)):
@@ -123,6 +131,14 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         replay.flush()
         return save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
 
+    def update() -> None:
+        """One world-model update; the policy's every ``policy_every``, once it has started."""
+        out = batches.update()
+        logger.add(out.metrics)
+        progress.updates += 1
+        if progress.updates > agent.policy.spec.start and progress.updates % T.policy_every == 0:
+            logger.add(agent.train_policy(out))
+
     with _interrupt_guard(checkpoint, progress):
         while progress.env_steps < T.steps:
             prefill = progress.env_steps < T.prefill or len(replay) < B * L
@@ -135,11 +151,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 progress.credit += T.envs * T.train_ratio / (B * L)
             while progress.credit >= 1:
                 progress.credit -= 1
-                out = batches.update()
-                logger.add(out.metrics)
-                progress.updates += 1
-                if progress.updates % T.policy_every == 0:
-                    logger.add(agent.train_policy(out))
+                update()
             if progress.env_steps >= next_log:
                 logger.add({"fps": progress.env_steps / max(time.time() - start, 1e-9)})
                 means = logger.write(progress.env_steps)
@@ -149,6 +161,14 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
             if progress.env_steps >= next_ckpt:
                 checkpoint()
                 next_ckpt += T.checkpoint_every
+        # training-only epochs after collection ends (REM table 2: epochs 501-600)
+        for _ in tqdm(range(progress.final, T.final_updates), disable=not show_progress, desc="final updates"):
+            update()
+            progress.final += 1
+            if progress.final % T.log_every == 0:
+                logger.write(progress.env_steps + progress.final)
+            if progress.final % T.checkpoint_every == 0:
+                checkpoint()
     bar.close()
     path = checkpoint()
     record_imagination(agent, replay, logdir, logger, progress.env_steps)

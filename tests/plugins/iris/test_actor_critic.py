@@ -127,3 +127,13 @@ def test_agent_burns_in_the_policy_on_the_world_models_context(monkeypatch) -> N
     metrics = agent.train_policy(out)
     assert seen == [((2, 4, *ENV.obs_shape), (2, 5))]  # tiny burn_in = 4 frames
     assert "policy/critic_loss" in metrics
+
+
+def test_temperature_sharpens_sampling_towards_greedy() -> None:
+    torch.manual_seed(0)
+    policy = IrisActorCritic(SPEC, ENV.obs_shape, ENV)
+    frames = torch.rand(300, *ENV.obs_shape)
+    greedy, _ = policy.act(frames, policy.initial_state(300), sample=False)
+    cold, _ = policy.act(frames, policy.initial_state(300), temperature=1e-4)
+    warm, _ = policy.act(frames, policy.initial_state(300))
+    assert torch.equal(cold, greedy) and not torch.equal(warm, greedy)

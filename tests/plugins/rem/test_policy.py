@@ -101,3 +101,14 @@ def test_learning_reduces_the_loss_on_one_trajectory():
 def test_rejects_flat_features():
     with pytest.raises(WmzooError, match="rem-ac"):
         REMActorCritic(POLICY_PRESETS["tiny"], (32,), ENV)
+
+
+def test_temperature_sharpens_sampling_towards_greedy():
+    torch.manual_seed(0)
+    policy = _policy()
+    features = torch.randn(300, *FEATURES)
+    state = policy.initial_state(300)
+    greedy, _ = policy.act(features, state, sample=False)
+    cold, _ = policy.act(features, state, temperature=1e-4)
+    warm, _ = policy.act(features, state)
+    assert torch.equal(cold, greedy) and not torch.equal(warm, greedy)

@@ -1,0 +1,57 @@
+"""The trainer's schedule: when the policy starts, updates after collection, ε-greedy collection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wmzoo.config import run_spec
+from wmzoo.train.agent import Agent
+from wmzoo.train.checkpoint import load_checkpoint
+from wmzoo.train.loop import train_online
+
+pytest.importorskip("minigrid")
+
+BASE = ["train.steps=80", "train.prefill=40", "train.log_every=1000", "train.checkpoint_every=1000",
+        "train.gif_horizon=2", "model.batch_size=2", "model.seq_len=8", "train.train_ratio=4"]
+
+
+def test_policy_start_every_and_final_updates(tmp_path, monkeypatch):
+    world_model_updates, policy_updates = [], []
+    train_world_model, train_policy = Agent.train_world_model, Agent.train_policy
+
+    def counting_world_model(self, *args, **kwargs):
+        world_model_updates.append(len(world_model_updates) + 1)
+        return train_world_model(self, *args, **kwargs)
+
+    def counting_policy(self, *args, **kwargs):
+        policy_updates.append(len(world_model_updates))  # after which world-model update
+        return train_policy(self, *args, **kwargs)
+
+    monkeypatch.setattr(Agent, "train_world_model", counting_world_model)
+    monkeypatch.setattr(Agent, "train_policy", counting_policy)
+    run = run_spec("rssm", "minigrid-empty-5x5", "tiny", overrides=[
+        *BASE, "policy.start=3", "train.policy_every=2", "train.final_updates=5",
+    ])
+    progress = load_checkpoint(train_online(run, tmp_path, show_progress=False))["progress"]
+    total = progress["updates"]
+    assert progress["final"] == 5 and progress["env_steps"] == 80
+    assert total == len(world_model_updates) == 40 * 4 // 16 + 5  # 40 trained env steps x 4 / (2 x 8), then 5
+    # the policy learns after world-model update 3, on every second update, through the final ones
+    assert policy_updates == [u for u in range(4, total + 1) if u % 2 == 0]
+
+
+def _actions(tmp_path, *overrides: str) -> np.ndarray:
+    run = run_spec("rssm", "minigrid-empty-5x5", "tiny", overrides=[*BASE, *overrides])
+    train_online(run, tmp_path, show_progress=False)
+    return np.concatenate([np.load(f)["action"] for f in sorted((tmp_path / "replay").glob("*.npz"))])
+
+
+def test_epsilon_one_collects_the_random_actions_of_prefill(tmp_path):
+    """ε = 1 replaces every policy action by the same seeded random draws as prefill does."""
+    random = _actions(tmp_path / "random", "train.prefill=80")
+    explored = _actions(tmp_path / "eps1", "policy.epsilon=1.0")
+    policy = _actions(tmp_path / "eps0", "policy.epsilon=0.0")
+    assert np.array_equal(random, explored)
+    assert np.array_equal(random[:40], policy[:40])  # the prefill itself
+    assert not np.array_equal(random, policy)  # the policy's own choices afterwards
