@@ -6,7 +6,9 @@ scores near 0, within a CPU hour?
 
 Trains with `wmzoo.train.loop.train_online` (the same loop as `wmzoo run`), then evaluates the
 trained policy and a uniformly random policy on the same evaluation seeds, and writes
-`<logdir>/learning_check.json` with both means, their standard errors and the wall time.
+`<logdir>/learning_check.json` with both means, their standard errors, the wall time and, for
+token backbones, the first and last logged tokenizer reconstruction error and token accuracy
+beside its frequency and copy baselines.
 """
 
 from __future__ import annotations
@@ -37,6 +39,29 @@ def random_returns(env_name: str, episodes: int, max_steps: int, seed: int) -> l
         returns.append(total)
     env.close()
     return returns
+
+
+LEARNING_CURVES = (
+    "tokenizer/recon", "world_model/obs_acc", "world_model/obs_acc_freq", "world_model/obs_acc_copy",
+)
+
+
+def learning_curves(logdir: Path, keys: tuple[str, ...] = LEARNING_CURVES) -> dict[str, dict[str, float]]:
+    """First and last logged value (and their env steps) of each scalar in ``keys`` that the run
+    logged to TensorBoard: the tokenizer's reconstruction error and the token accuracy beside its
+    frequency and copy baselines, for backbones that have them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    logged = set(events.Tags()["scalars"])
+    out = {}
+    for key in keys:
+        if key in logged:
+            values = events.Scalars(key)
+            out[key] = {"first_step": values[0].step, "first": round(values[0].value, 4),
+                        "last_step": values[-1].step, "last": round(values[-1].value, 4)}
+    return out
 
 
 def main() -> None:
@@ -75,6 +100,7 @@ def main() -> None:
         "env_steps": agent.run.train.steps, "train_seconds": round(train_seconds, 1),
         "episodes": args.episodes, "trained_greedy": summary(trained),
         "trained_sampled": summary(sampled), "random": summary(rand),
+        "curves": learning_curves(logdir),
     }
     (logdir / "learning_check.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -161,8 +161,10 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
             if progress.env_steps >= next_ckpt:
                 checkpoint()
                 next_ckpt += T.checkpoint_every
-        # training-only epochs after collection ends (REM table 2: epochs 501-600)
-        for _ in tqdm(range(progress.final, T.final_updates), disable=not show_progress, desc="final updates"):
+        # training-only epochs after collection ends (REM table 2: epochs 501-600), logged at
+        # env step T + k for the k-th
+        final = T.final_updates if len(replay) >= B * L else 0
+        for _ in tqdm(range(progress.final, final), disable=not show_progress, desc="final updates"):
             update()
             progress.final += 1
             if progress.final % T.log_every == 0:
