@@ -240,7 +240,7 @@ class REMWorldModel(WorldModel):
             idx = (t - back).clamp(min=0)
             valid = (t >= back) & (episode[:, idx] == episode)  # [B, T]
             x = self.embed_blocks(tokens[:, idx].flatten(0, 1)[:, None], batch.action[:, idx].flatten(0, 1)[:, None])
-            _, new = self.retnet(x, state)
+            _, new = self.retnet(x, state, keep_last=0)  # only the state is read
             state = torch.where(valid.flatten()[:, None, None, None, None], new, state)
         self.retnet.train(was)
         return {
@@ -259,12 +259,13 @@ class REMWorldModel(WorldModel):
         }
 
     def _absorb(self, state: State, action: Tensor) -> tuple[Tensor, Tensor]:
-        """One RetNet call over the block ``(z_t, a_t)``: its outputs and the new state (eq. 4-5)."""
+        """One RetNet call over the block ``(z_t, a_t)``: the action token's output ``[B, d]`` (the
+        only one read) and the new state (eq. 4-5)."""
         x = self.embed_blocks(state["tokens"][:, None], action[:, None])
-        y, new = self.retnet(x, state["retnet"])
+        y, new = self.retnet(x, state["retnet"], keep_last=1)
         assert new is not None
         keep = state["valid"].bool()[:, None, None, None, None]  # no real frame yet: nothing to absorb
-        return y, torch.where(keep, new, state["retnet"])
+        return y[:, -1], torch.where(keep, new, state["retnet"])
 
     def observe_step(self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor) -> State:
         """Absorb the previous block ``(z_{t−1}, a_{t−1})`` (reset where ``is_first``) and
@@ -297,8 +298,7 @@ class REMWorldModel(WorldModel):
         termination at the action token; call 2 runs ``u`` from the new state and samples all K
         next tokens at once. Reward and continue are returned as expectations (the engine
         weights by continue probabilities) rather than samples."""
-        y, retnet = self._absorb(state, action)
-        out = y[:, -1]
+        out, retnet = self._absorb(state, action)
         if self.spec.reward_loss == "sign":
             probs = self.reward_head(out).softmax(-1)
             reward = probs[:, 2] - probs[:, 0]

@@ -113,6 +113,30 @@ def test_stack_forms_agree(T, chunk, seed, resets, activation):
     torch.testing.assert_close(s_chunk, s)
 
 
+@settings(max_examples=10, deadline=None)
+@given(T=st.integers(1, 10), keep=st.integers(0, 10), seed=st.integers(0, 1000), with_state=st.booleans())
+def test_keep_last_computes_only_the_last_outputs_and_the_same_state(T, keep, seed, with_state):
+    keep = min(keep, T)
+    net = _net(seed)
+    x = torch.randn(2, T, 16, dtype=torch.float64)
+    state = torch.randn(2, 2, 2, 8, 8, dtype=torch.float64) if with_state else None
+    y, s = net(x, state)
+    y_last, s_last = net(x, state, keep_last=keep)
+    assert y_last.shape == (2, keep, 16)
+    torch.testing.assert_close(y_last, y[:, T - keep :])
+    torch.testing.assert_close(s_last, s)
+
+
+def test_chunk_tables_are_cached_per_length_and_reused():
+    net = _net(0)
+    msr = net.layers[0].msr
+    x = torch.randn(1, 5, 16, dtype=torch.float64)
+    net(x)
+    tables = msr.tables(5, torch.float64)
+    net(x)
+    assert msr.tables(5, torch.float64) is tables and set(msr._tables) == {(5, msr.theta.device, torch.float64)}
+
+
 def test_causal():
     net = _net(0)
     x = torch.randn(1, 10, 16, dtype=torch.float64)

@@ -37,6 +37,7 @@ File order: spec → functional retention → multi-scale retention → layer �
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -100,7 +101,10 @@ def rotary_frequencies(head_dim: int, base: float) -> Tensor:
 def rotate(x: Tensor, angle: Tensor) -> Tensor:
     """Rotate the (even, odd) pairs of the last dimension of ``x`` by ``angle`` (broadcast to
     ``x[..., ::2]``): ``(a, b) → (a cos φ − b sin φ, a sin φ + b cos φ)``."""
-    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    return _rotate(x, torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype))
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
 
@@ -113,6 +117,41 @@ def rotate_state(state: Tensor, steps: Tensor | float, theta: Tensor) -> Tensor:
     return rotate(state.transpose(-1, -2), angle).transpose(-1, -2)
 
 
+@dataclass(frozen=True)
+class ChunkTables:
+    """What a chunk of ``T`` tokens needs that depends only on ``T`` and the heads' ``γ``, ``θ``:
+    rotary cos/sin at positions ``1..T`` ``[T, d/2]``, the decay mask ``D`` ``[h, T, T]``,
+    ``ξ_i = γ^i`` and ``ζ_m = γ^{T−m}`` ``[h, T, 1]``, ``γ^T`` ``[h, 1, 1]``, ``log γ`` ``[h]`` and the
+    cos/sin of ``R_T`` (the state's move to the chunk's end) ``[d/2]``."""
+
+    cos: Tensor
+    sin: Tensor
+    decay: Tensor
+    xi: Tensor
+    zeta: Tensor
+    gamma_T: Tensor
+    log_g: Tensor
+    end_cos: Tensor
+    end_sin: Tensor
+
+
+def chunk_tables(T: int, gamma: Tensor, theta: Tensor, dtype: torch.dtype) -> ChunkTables:
+    """:class:`ChunkTables` for ``T`` tokens (``gamma``, ``theta`` on the target device)."""
+    with torch.inference_mode(False), torch.no_grad():  # plain tensors, reusable under autograd
+        pos = torch.arange(1, T + 1, device=theta.device, dtype=theta.dtype)
+        angle = pos[:, None] * theta  # [T, d/2]
+        log_g = torch.log(gamma)  # [h]
+        diff = pos[:, None] - pos[None, :]
+        decay = torch.where(diff >= 0, torch.exp(diff.clamp(min=0) * log_g[:, None, None]), 0.0)
+        return ChunkTables(
+            cos=torch.cos(angle).to(dtype), sin=torch.sin(angle).to(dtype), decay=decay.to(dtype),
+            xi=torch.exp(pos[None, :] * log_g[:, None]).to(dtype)[:, :, None],
+            zeta=torch.exp((T - pos)[None, :] * log_g[:, None]).to(dtype)[:, :, None],
+            gamma_T=torch.exp(T * log_g).to(dtype)[:, None, None], log_g=log_g,
+            end_cos=torch.cos(-T * theta).to(dtype), end_sin=torch.sin(-T * theta).to(dtype),
+        )
+
+
 def retention_chunk(
     q: Tensor,
     k: Tensor,
@@ -123,6 +162,7 @@ def retention_chunk(
     reset: Tensor | None = None,
     block_len: int | None = None,
     update_state: bool = True,
+    tables: ChunkTables | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """One chunk of retention from ``state`` (REM eq. 4-5; with ``state = None`` the parallel form).
 
@@ -131,17 +171,14 @@ def retention_chunk(
     block states or None)``. With ``block_len = L`` (``T = cL``) the states after each of the ``c``
     blocks are returned too, ``[B, c, h, d, d]``, computed as REM eq. 6-7: per-block sums
     ``S̃_j = (K_j ⊙ ζ)ᵀ V_j`` in parallel, then ``S_j = S̃_j + γ^L S_{j−1}`` (resets may then only
-    fall on block starts).
+    fall on block starts). ``tables``: :func:`chunk_tables` of ``T`` when the caller keeps them.
     """
     B, h, T, d = q.shape
     dtype, device = q.dtype, q.device
-    pos = torch.arange(1, T + 1, device=device, dtype=theta.dtype)
-    angle = pos[:, None] * theta.to(device)  # [T, d/2]
-    Q, K = rotate(q, angle), rotate(k, angle)
-    log_g = torch.log(gamma.to(device))  # [h]
-    diff = pos[:, None] - pos[None, :]
-    decay = torch.where(diff >= 0, torch.exp(diff.clamp(min=0) * log_g[:, None, None]), 0.0).to(dtype)
-    scores = (Q @ K.transpose(-1, -2)) * decay
+    theta = theta.to(device)
+    t = tables if tables is not None else chunk_tables(T, gamma.to(device), theta, dtype)
+    Q, K = _rotate(q, t.cos, t.sin), _rotate(k, t.cos, t.sin)
+    scores = (Q @ K.transpose(-1, -2)) * t.decay
     fresh = last = None
     if reset is not None:  # mask pairs of tokens from different episodes
         ids = reset.long().cumsum(1)  # tokens share an id when no reset lies between them
@@ -150,21 +187,19 @@ def retention_chunk(
         last = (ids == ids[:, -1:]).to(dtype)[:, None, :, None]  # tokens of the last episode
     out = scores @ v
     if state is not None:
-        xi = torch.exp(pos[None, :] * log_g[:, None]).to(dtype)[:, :, None]  # ξ_i = γ^i, [h, T, 1]
-        read = (Q @ state) * xi
+        read = (Q @ state) * t.xi  # ξ_i = γ^i
         out = out + (read if fresh is None else read * fresh)
     if not update_state:
         return out, None, None
     if block_len is not None:
-        blocks = _block_states(K, v, log_g, theta, state, reset, block_len)
+        blocks = _block_states(K, v, t.log_g, theta, state, reset, block_len)
         return out, blocks[:, -1], blocks
-    zeta = torch.exp((T - pos)[None, :] * log_g[:, None]).to(dtype)[:, :, None]  # ζ_m = γ^{T−m}
-    weighted = K * zeta if last is None else K * zeta * last
+    weighted = K * t.zeta if last is None else K * t.zeta * last  # ζ_m = γ^{T−m}
     new = weighted.transpose(-1, -2) @ v
     if state is not None:
-        carried = torch.exp(T * log_g).to(dtype)[:, None, None] * state
+        carried = t.gamma_T * state
         new = new + (carried if fresh is None else carried * fresh[:, :, -1:, :])
-    return out, rotate_state(new, float(T), theta.to(device)), None
+    return out, _rotate(new.transpose(-1, -2), t.end_cos, t.end_sin).transpose(-1, -2), None
 
 
 def _block_states(
@@ -272,6 +307,15 @@ class MultiScaleRetention(nn.Module):
         # float32 buffers (they follow the module's dtype); chunk-local positions stay small
         self.register_buffer("gamma", decay_rates(spec.n_heads, spec.decays).float(), persistent=False)
         self.register_buffer("theta", rotary_frequencies(spec.head_dim, spec.rotary_base).float(), persistent=False)
+        self._tables: dict[tuple[int, torch.device, torch.dtype], ChunkTables] = {}
+
+    def tables(self, T: int, dtype: torch.dtype) -> ChunkTables:
+        """This module's :func:`chunk_tables` for chunks of ``T`` tokens, built once per length,
+        device and dtype (imagination runs the same two chunk lengths at every step)."""
+        key = (T, self.theta.device, dtype)
+        if key not in self._tables:
+            self._tables[key] = chunk_tables(T, self.gamma, self.theta, dtype)
+        return self._tables[key]
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``x [N, T, d]`` → ``q, k, v`` ``[N, h, T, d_head]`` (``k`` scaled)."""
@@ -304,12 +348,21 @@ class RetNetLayer(nn.Module):
         return x + self.drop(self.ffn(self.norm2(x)))
 
     def chunk(
-        self, x: Tensor, state: Tensor | None, reset: Tensor | None, update_state: bool = True
+        self, x: Tensor, state: Tensor | None, reset: Tensor | None, update_state: bool = True,
+        keep_last: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Chunkwise form over ``x [N, T, d]`` from ``state [N, h, d_h, d_h]``."""
+        """Chunkwise form over ``x [N, T, d]`` from ``state [N, h, d_h, d_h]``; with
+        ``keep_last = n`` only the last ``n`` tokens' outputs are computed past the retention
+        (the state still absorbs every token)."""
         h = self.norm1(x)
         q, k, v = self.msr.project(h)
-        o, new, _ = retention_chunk(q, k, v, self.msr.gamma, self.msr.theta, state, reset, update_state=update_state)
+        o, new, _ = retention_chunk(
+            q, k, v, self.msr.gamma, self.msr.theta, state, reset, update_state=update_state,
+            tables=self.msr.tables(x.shape[1], q.dtype),
+        )
+        if keep_last is not None:
+            first = x.shape[1] - keep_last
+            x, h, o = x[:, first:], h[:, first:], o[:, :, first:]
         return self._ffn(x + self.drop(self.msr.finish(h, o))), new
 
     def step(self, x: Tensor, state: Tensor, reset: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -329,7 +382,8 @@ class RetNetLayer(nn.Module):
         h = self.norm1(x)
         q, k, v = self.msr.project(h)
         o, new, blocks = retention_chunk(
-            q, k, v, self.msr.gamma, self.msr.theta, state, reset, block_len=block_len
+            q, k, v, self.msr.gamma, self.msr.theta, state, reset, block_len=block_len,
+            tables=self.msr.tables(x.shape[1], q.dtype),
         )
         assert new is not None and blocks is not None
         x = self._ffn(x + self.drop(self.msr.finish(h, o)))
@@ -341,7 +395,8 @@ class RetNetLayer(nn.Module):
         hu = self.norm1(u.reshape(N * c, P, d))
         qu, ku, vu = self.msr.project(hu)
         ou, _, _ = retention_chunk(
-            qu, ku, vu, self.msr.gamma, self.msr.theta, before.flatten(0, 1), update_state=False
+            qu, ku, vu, self.msr.gamma, self.msr.theta, before.flatten(0, 1), update_state=False,
+            tables=self.msr.tables(P, qu.dtype),
         )
         u = self._ffn(u.reshape(N * c, P, d) + self.drop(self.msr.finish(hu, ou)))
         return x, u.reshape(N, c, P, d), new
@@ -372,13 +427,19 @@ class RetNet(nn.Module):
         return torch.zeros(batch, s.n_layers, s.n_heads, s.head_dim, s.head_dim, device=device, dtype=dtype)
 
     def forward(
-        self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None, update_state: bool = True
+        self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None, update_state: bool = True,
+        keep_last: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """One chunk ``x [N, T, d]`` from ``state`` (None: empty): outputs and the new state (None
-        when ``update_state`` is false: prediction tokens read the state but never write it)."""
+        when ``update_state`` is false: prediction tokens read the state but never write it).
+        ``keep_last = n``: outputs of the last ``n`` tokens only, ``[N, n, d]``; the last layer then
+        skips the rest, whose outputs nothing reads (REM's state update reads one token's)."""
         states = []
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x, new = layer.chunk(x, None if state is None else state[:, i], reset, update_state)
+            x, new = layer.chunk(
+                x, None if state is None else state[:, i], reset, update_state, keep_last if i == last else None
+            )
             states.append(new)
         return x, torch.stack(states, 1) if update_state else None  # type: ignore[arg-type]
 
