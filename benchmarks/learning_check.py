@@ -85,6 +85,9 @@ def main() -> None:
         run = run_spec(args.backbone, args.env, args.preset, seed=args.seed, overrides=[*steps, *args.overrides])
         train_online(run, logdir, show_progress=False)
     train_seconds = time.time() - start
+    previous = logdir / "learning_check.json"
+    if args.eval_only and previous.is_file():  # keep the training run's wall time
+        train_seconds = json.loads(previous.read_text()).get("train_seconds", 0.0)
     agent = load_agent(logdir / "checkpoint.safetensors")
     eval_seed = 100_000
     trained = [r.ret for r in evaluate(agent, args.episodes, args.max_steps, seed=eval_seed)]

@@ -245,7 +245,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_imagine(args: argparse.Namespace) -> int:
-    from wmzoo.eval.rollout import load_agent, record_episode
+    from wmzoo.eval.rollout import load_agent, play_episode
     from wmzoo.train.logger import write_rollout
     from wmzoo.train.loop import imagine_open_loop
 
@@ -254,7 +254,7 @@ def cmd_imagine(args: argparse.Namespace) -> int:
     if args.context < 1 or args.horizon < 1:
         raise WmzooError("--context and --horizon must be at least 1")
     agent = load_agent(args.checkpoint)
-    batch = record_episode(agent, args.context + args.horizon, seed=args.seed)
+    batch = play_episode(agent, args.context + args.horizon, seed=args.seed)
     real, model = imagine_open_loop(agent, batch, args.context)
     path = write_rollout(args.out, real, model, args.context)
     layout = "left: real, right: the model's" if path.suffix.lower() == ".gif" else "top: real, bottom: the model's"

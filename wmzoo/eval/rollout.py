@@ -68,7 +68,7 @@ def evaluate(
     return results
 
 
-def record_episode(agent: Agent, steps: int, seed: int = 20_000) -> Batch:
+def play_episode(agent: Agent, steps: int, seed: int = 20_000) -> Batch:
     """A 1-row batch of ``steps`` real rows played by the agent's policy (same row layout as replay)."""
     run = agent.run
     env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
