@@ -78,7 +78,10 @@ class Collector:
         ``random``: every action uniformly random (prefill); otherwise the policy's, each
         replaced by a random one with the policy spec's ``epsilon`` chance (ε-greedy)."""
         n = self.envs.num_envs
-        explore = np.ones(n, bool) if random else self.rng.random(n) < self.epsilon
+        if random or self.epsilon == 0:
+            explore = np.full(n, random)
+        else:
+            explore = self.rng.random(n) < self.epsilon
         forced = np.stack([space.sample() for space in self.samplers]) if explore.any() else None
         actions = self.agent.act(self.obs, self.is_first, actions=forced, override=None if random else explore)
         obs, rewards, terminated, truncated, info = self.envs.step(actions)
