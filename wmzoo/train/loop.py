@@ -4,10 +4,13 @@ offline (train a world model from a directory of recorded episodes).
 Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share it):
 
 1. prefill the replay with a random policy;
-2. for every env step, act with the policy on the world model's filtered state and store the row;
-3. every ``B·T / train_ratio`` env steps, train the world model on a replayed batch, then imagine
-   from the batch's states and train the policy on the imagined trajectories;
-4. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
+2. for every env step, act with the policy on the world model's filtered state (ε-greedy with
+   the policy spec's ``epsilon``) and store the row;
+3. every ``B·T / train_ratio`` env steps, train the world model on a replayed batch, then (every
+   ``policy_every`` updates, after ``policy.start``) imagine from the batch's states and train the
+   policy on the imagined trajectories;
+4. after the last env step, ``final_updates`` more updates without collecting;
+5. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
    an imagination GIF.
 """
 
