@@ -157,8 +157,11 @@ class TrainOutput:
     carry: State | None = None  # last state of each row, detached, when training is stateful
     # features [N, T_c, *F] of the real steps just before each start state, for policies that
     # burn in a recurrent state (Policy.burn_in), and is_first [N, T_c + 1] of them and the start
+    # (true where the policy state must be reset before that step); optionally the actions taken
+    # at those steps [N, T_c, ...] for a policy that reads its own actions (rem-ac)
     context: Tensor | None = None
     context_first: Tensor | None = None
+    context_action: Tensor | None = None
 
 
 @dataclass
@@ -285,9 +288,10 @@ class Policy(nn.Module, ABC):
         """Recurrent policy state (empty for feed-forward policies)."""
         return {}
 
-    def burn_in(self, features: Tensor, is_first: Tensor) -> State:
+    def burn_in(self, features: Tensor, is_first: Tensor, actions: Tensor | None = None) -> State:
         """The policy state at imagination start after the real context ``features [N, T_c, *F]``
-        (``is_first [N, T_c + 1]`` of those steps and the start step). The default ignores it."""
+        (``is_first [N, T_c + 1]`` of those steps and the start step; ``actions [N, T_c, ...]``
+        taken at those steps, when the world model supplies them). The default ignores it."""
         return self.initial_state(features.shape[0])
 
     @abstractmethod

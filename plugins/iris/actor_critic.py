@@ -92,8 +92,9 @@ class IrisActorCritic(Policy):
         keep = (~first).float().unsqueeze(-1)
         return {k: v * keep for k, v in state.items()}
 
-    def burn_in(self, features: Tensor, is_first: Tensor) -> State:
-        """Run the LSTM over the real context's reconstructions, resetting at episode starts."""
+    def burn_in(self, features: Tensor, is_first: Tensor, actions: Tensor | None = None) -> State:
+        """Run the LSTM over the real context's reconstructions, resetting at episode starts
+        (IRIS's LSTM reads frames only, so ``actions`` are not used)."""
         state = self.initial_state(features.shape[0])
         for t in range(features.shape[1]):
             state = self._reset(state, is_first[:, t])

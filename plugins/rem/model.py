@@ -218,36 +218,49 @@ class REMWorldModel(WorldModel):
             "world_model/end_loss": float(end_loss.detach()),
             **next_token_accuracy(logits.argmax(-1)[obs_mask], tokens[obs_mask], tokens.roll(1, 1)[obs_mask]),
         })
+        start, context, context_first, context_action = self._start_states(tokens, batch)
         return TrainOutput(
             losses={"tokenizer": tok_loss, "world_model": wm_loss if active else wm_loss.detach()},
             metrics=metrics,
-            start=self._start_states(tokens, batch),
+            start=start,
             start_cont=start_conts(batch).flatten(),
+            context=context, context_first=context_first, context_action=context_action,
         )
 
     @torch.no_grad()
-    def _start_states(self, tokens: Tensor, batch: Batch) -> State:
+    def _start_states(self, tokens: Tensor, batch: Batch) -> tuple[State, Tensor, Tensor, Tensor]:
         """An imagination start at every step ``t`` (``[B·T]``): the state of the ``context − 1``
         blocks before ``t`` within ``t``'s episode, built from an empty state, and ``z_t`` (REM's
-        context of two real frames, table 7 and the official code; not the whole segment)."""
+        context of two real frames, table 7 and the official code; not the whole segment).
+
+        The same blocks initialise C (section 2: "M and C are initialized with a short trajectory
+        segment"): their code vectors ``[B·T, context − 1, d, s, s]``, actions and reset flags
+        ``[B·T, context]`` (set before the first block inside ``t``'s episode, and at ``t`` itself
+        when none is) for :meth:`Policy.burn_in`."""
         B, T = batch.shape
         was = self.retnet.training
         self.retnet.eval()
         state = self.retnet.initial_state(B * T, tokens.device)
         episode = batch.is_first.long().cumsum(1)  # [B, T]
         t = torch.arange(T, device=tokens.device)
+        features, actions, valids = [], [], []
         for back in range(self.spec.context - 1, 0, -1):  # blocks t − back, oldest first
             idx = (t - back).clamp(min=0)
-            valid = (t >= back) & (episode[:, idx] == episode)  # [B, T]
-            x = self.embed_blocks(tokens[:, idx].flatten(0, 1)[:, None], batch.action[:, idx].flatten(0, 1)[:, None])
-            _, new = self.retnet(x, state, keep_last=0)  # only the state is read
-            state = torch.where(valid.flatten()[:, None, None, None, None], new, state)
+            valid = ((t >= back) & (episode[:, idx] == episode)).flatten()  # [B·T]
+            z, a = tokens[:, idx].flatten(0, 1), batch.action[:, idx].flatten(0, 1)
+            _, new = self.retnet(self.embed_blocks(z[:, None], a[:, None]), state, keep_last=0)
+            state = torch.where(valid[:, None, None, None, None], new, state)
+            features.append(self.features({"tokens": z}))
+            actions.append(a)
+            valids.append(valid)
         self.retnet.train(was)
-        return {
-            "retnet": state,
-            "tokens": tokens.flatten(0, 1),
-            "valid": torch.ones(B * T, device=tokens.device),
-        }
+        start = {"retnet": state, "tokens": tokens.flatten(0, 1), "valid": torch.ones(B * T, device=tokens.device)}
+        # validity only grows towards t: reset before the first valid block, or at t if none is
+        valid = torch.stack([torch.zeros_like(valid), *valids, torch.ones_like(valid)], 1)  # [B·T, C + 1]
+        first = valid[:, 1:] & ~valid[:, :-1]
+        if not features:  # context 1: the start frame alone
+            return start, self.features(start)[:, None][:, :0], first, batch.action.flatten(0, 1)[:, None][:, :0]
+        return start, torch.stack(features, 1), first, torch.stack(actions, 1)
 
     # -- filtering and imagination -----------------------------------------------------------
     def initial_state(self, batch_size: int) -> State:

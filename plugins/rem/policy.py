@@ -8,6 +8,8 @@ The shared backbone reads the tokenizer's code vectors of the current frame on t
 → 64, SiLU, flatten, Linear → 512, SiLU) and an LSTM cell of 512 units. After each action the LSTM
 takes one more step on a learned embedding of the action taken, so the next decision knows the
 sampled action (the "action dependant" part). Linear actor and critic heads read the LSTM output.
+Before imagining, the LSTM reads the real block M starts from, frame and action (``burn_in``;
+section 2: "M and C are initialized with a short trajectory segment").
 
 Learning (no gradient into the world model): λ-returns
 ``G_t = r̂_t + γ ĉ_t ((1 − λ) V_{t+1} + λ G_{t+1})``, ``G_H = V_H`` (``ĉ = 1 − d̂``), critic
@@ -30,7 +32,7 @@ from torch.distributions import Categorical
 
 from wmzoo.agents.returns import reinforce_losses
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
+from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory, reset_state
 from wmzoo.specs import OptimSpec, PolicySpec
 from wmzoo.train.optim import Optimizer
 
@@ -101,6 +103,17 @@ class REMActorCritic(Policy):
     def _after_action(self, action: Tensor, state: State) -> State:
         """The extra LSTM step on the action just taken (appendix A.1.2)."""
         return self._observe(self.action_embed(action.long()), state)
+
+    def burn_in(self, features: Tensor, is_first: Tensor, actions: Tensor | None = None) -> State:
+        """Section 2: C starts from the same short real segment as M. The LSTM reads each context
+        frame and, when given, the action taken there, resetting where ``is_first`` says."""
+        state = self.initial_state(features.shape[0])
+        for t in range(features.shape[1]):
+            state = reset_state(state, self.initial_state(features.shape[0]), is_first[:, t])
+            state = self._observe(self.encoder(features[:, t]), state)
+            if actions is not None:
+                state = self._after_action(actions[:, t], state)
+        return reset_state(state, self.initial_state(features.shape[0]), is_first[:, -1])
 
     @torch.no_grad()
     def act(

@@ -49,6 +49,7 @@ class Agent(nn.Module):
     def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:
         """Imagine from the batch's start states and let the policy learn from it."""
         start, cont, context, first = out.start, out.start_cont, out.context, out.context_first
+        actions = out.context_action
         limit = self.policy.spec.max_starts
         n = cont.shape[0]
         if limit and n > limit:
@@ -56,10 +57,12 @@ class Agent(nn.Module):
             start, cont = index_state(start, keep), cont[keep]
             if context is not None and first is not None:
                 context, first = context[keep], first[keep]
+                actions = None if actions is None else actions[keep]
         pstate = None
         if context is not None and first is not None:
             with torch.no_grad():
-                pstate = self.policy.burn_in(context, first)
+                extra = {} if actions is None else {"actions": actions}
+                pstate = self.policy.burn_in(context, first, **extra)
         self.world_model.eval()
         trajectory = imagine(
             self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont,

@@ -112,3 +112,18 @@ def test_temperature_sharpens_sampling_towards_greedy():
     cold, _ = policy.act(features, state, temperature=1e-4)
     warm, _ = policy.act(features, state)
     assert torch.equal(cold, greedy) and not torch.equal(warm, greedy)
+
+
+def test_burn_in_reads_the_context_frame_and_its_action_then_resets_as_told():
+    policy = _policy()
+    features = torch.randn(3, 1, *FEATURES)
+    actions = torch.tensor([[0], [1], [1]])
+    first = torch.tensor([[True, False], [True, False], [False, True]])
+    with torch.no_grad():
+        state = policy.burn_in(features, first, actions)
+        expected = policy._after_action(actions[:, 0], policy._observe(policy.encoder(features[:, 0]), policy.initial_state(3)))
+        without = policy.burn_in(features, first)
+    torch.testing.assert_close(state["h"][:2], expected["h"][:2])
+    assert state["h"][2].abs().sum() == 0  # the start is reset: its context lies in another episode
+    assert not torch.allclose(state["h"][0], state["h"][1])  # the action is read
+    assert not torch.allclose(without["h"][:2], state["h"][:2])
