@@ -221,9 +221,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.temperature is not None and not args.temperature > 0:
         raise WmzooError(f"--temperature {args.temperature}: must be positive (1: the policy's own distribution)")
     agent = load_agent(args.checkpoint)
+    sample = args.sample or args.temperature is not None
     temperature = 1.0 if args.temperature is None else args.temperature
-    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed,
-                       sample=args.sample or args.temperature is not None, temperature=temperature)
+    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=sample, temperature=temperature)
     for i, r in enumerate(results):
         unlocked = "" if r.achievements is None else f", {len(r.achievements)} achievements"
         print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length}{unlocked})")
@@ -238,7 +238,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         run = agent.run
         payload = {"checkpoint": str(args.checkpoint), "env": run.env, "backbone": run.backbone,
                    "preset": run.preset, "seed": run.seed,
-                   "sample": args.sample or args.temperature is not None, "temperature": temperature, **summary,
+                   "sample": sample, "temperature": temperature, **summary,
                    "episodes": [r.__dict__ for r in results]}
         write_text_atomic(args.json_path, json.dumps(payload, indent=2))
     return 0
