@@ -43,12 +43,19 @@ def test_list_json_through_the_console_script():
         (["run", "--set", "model.deter=abc"], "model.deter: Input should be a valid integer"),
         (["run", "--set", "deter=64"], "did you mean --set model.deter=64?"),
         (["run", "--set", "train.steps"], "expected KEY=VALUE"),
-        (["run", "--preset", "huge"], "unknown preset 'huge' of backbone 'rssm'; known: paper, paper-2d, small, tiny"),
+        (["run", "--preset", "huge"], "unknown preset 'huge' of backbone 'rssm'; known: paper, paper-2d, paper-atari100k, small, tiny"),
         (["bench", "--backbones", "rssm:nope", "--mode", "train"], "unknown preset"),
         (["eval", "--checkpoint", "/nonexistent/ckpt.safetensors"], "no such file"),
         (["eval", "--checkpoint", "x", "--temperature", "0"], "--temperature 0.0: must be positive"),
         (["imagine", "--checkpoint", "x", "--out", "movie.mp4"], "must end in .gif or .png"),
         (["run", "--steps", "many"], "invalid int value: 'many'"),
+        # a value pydantic accepts but the model cannot be built with (64 / 2**7 < 1 pixel);
+        # catches a build error escaping as a traceback, for the bundled rssm as for any plugin
+        (["run", "--backbone", "rssm", "--env", "minigrid-empty-5x5", "--set", "model.cnn_stages=7"],
+         "backbone 'rssm': cnn_stages=7: a 64x64 image must be divisible by 2**stages = 128; use cnn_stages between 1 and 6"),
+        (["run", "--set", "model.detr=64"], "model.detr: unknown field; did you mean deter?"),
+        (["run", "--set", "model.optim.lrr=0.1"], "model.optim.lrr: unknown field; did you mean lr?"),
+        (["run", "--resume"], "--resume needs --logdir"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(capsys, tmp_path, monkeypatch, argv, message):

@@ -1,7 +1,7 @@
 """wmzoo: interchangeable world-model backbones for model-based reinforcement learning."""
 
-from wmzoo.errors import MissingDependencyError, UnknownNameError, WmzooError
-from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, hookimpl
+from wmzoo.errors import MissingDependencyError, SpecError, UnknownNameError, WmzooError
+from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, RunPreset, hookimpl
 
 __version__ = "0.1.0"
 
@@ -10,6 +10,8 @@ __all__ = [
     "EnvEntry",
     "MissingDependencyError",
     "PolicyEntry",
+    "RunPreset",
+    "SpecError",
     "UnknownNameError",
     "WmzooError",
     "__version__",

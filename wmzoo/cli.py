@@ -11,8 +11,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wmzoo.errors import WmzooError
+
+if TYPE_CHECKING:
+    from wmzoo.specs import RunSpec
 
 EPILOG = """examples:
   wmzoo list
@@ -174,25 +178,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from wmzoo.config import run_spec
-    from wmzoo.specs import RunSpec, load_config, validate
     from wmzoo.train.loop import train_offline, train_online
 
-    if args.resume:
-        if not args.logdir:
-            raise WmzooError("--resume needs --logdir (the folder of the run to continue)")
-        logdir = Path(args.logdir)
-        if not (logdir / "checkpoint.safetensors").is_file():
-            raise WmzooError(f"--resume: {logdir} holds no checkpoint.safetensors to continue from")
-        saved = load_config(logdir / "run.yaml")
-        if args.steps:
-            saved["train"]["steps"] = args.steps
-        run = validate(RunSpec, saved)
-        path = train_online(run, logdir, resume=True, show_progress=not args.no_progress)
-        print(f"checkpoint: {path}")
-        return 0
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"train.steps={args.steps}")
+    if args.resume:
+        run, logdir = _resumed_run(args, overrides)
+        path = train_online(run, logdir, resume=True, show_progress=not args.no_progress)
+        print(f"checkpoint: {path}")
+        return 0
     env = args.env
     if args.offline and env is None:  # the recorded env, so eval and imagine use the same one
         from wmzoo.train.loop import recorded_env_info
@@ -210,6 +205,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"imagination: {logdir / 'imagination.gif'}")
     print(f"tensorboard: tensorboard --logdir {logdir / 'tb'}")
     return 0
+
+
+def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path]:
+    """The run recorded in ``--logdir`` with the ``--set`` fields that may change on resume;
+    anything else is refused before a file is read or written."""
+    from wmzoo.config import resume_spec
+    from wmzoo.specs import RESUMABLE_TRAIN_FIELDS, load_config
+
+    if not args.logdir:
+        raise WmzooError("--resume needs --logdir (the folder of the run to continue)")
+    logdir = Path(args.logdir)
+    fixed = [f"--{name}" for name in ("backbone", "env", "preset", "policy", "seed", "config", "offline")
+             if getattr(args, name) is not None]
+    if fixed:
+        raise WmzooError(
+            f"--resume continues the run recorded in {logdir / 'run.yaml'}; {', '.join(fixed)} cannot "
+            f"change on resume (--steps and --set train.{{{','.join(RESUMABLE_TRAIN_FIELDS)}}} can)"
+        )
+    if not (logdir / "checkpoint.safetensors").is_file():
+        raise WmzooError(f"--resume: {logdir} holds no checkpoint.safetensors to continue from")
+    saved = load_config(logdir / "run.yaml", what="--resume: ")
+    return resume_spec(saved, overrides, source=str(logdir / "run.yaml")), logdir
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

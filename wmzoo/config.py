@@ -1,9 +1,18 @@
-"""Resolve a :class:`~wmzoo.specs.RunSpec` from names, a preset, a config file and overrides.
+"""The one resolver from names to a :class:`~wmzoo.specs.RunSpec`.
 
-Precedence, lowest first: the preset (``tiny``/``small``/``paper``) of the backbone, the policy
-and the trainer (a variant ``family-variant`` that only the backbone or only the trainer defines,
-such as ``paper-2d`` or ``paper-atari100k``, means ``family`` for the others) → the config file → ``--set`` overrides. Everything is validated by pydantic in
-one place, so a bad value gives the same one-line error wherever it came from.
+Every way a run is described goes through here and is validated once:
+
+- :func:`run_spec` — names (``--backbone``, ``--env``, ``--preset``, ``--policy``), a config file
+  and ``--set`` overrides, for a new run;
+- :func:`load_run` — a saved run (``run.yaml``, a checkpoint's ``run``), for ``eval``,
+  ``imagine`` and ``evaluate``;
+- :func:`resume_spec` — a saved run plus the ``--set`` overrides that may change on resume.
+
+Precedence of a new run, lowest first: the run preset → the config file → ``--set``. A run preset
+is declared, never inferred from its spelling: the standard names (``tiny``, ``small``, ``paper``,
+``paper-atari100k``, :data:`~wmzoo.specs.STANDARD_RUN_PRESETS`) select a preset of the world
+model, the policy and the trainer; a backbone declares any other combination, and its own
+changes to the trainer's preset, as :class:`~wmzoo.hookspecs.RunPreset`\\ s.
 """
 
 from __future__ import annotations
@@ -13,11 +22,37 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from wmzoo.errors import WmzooError
-from wmzoo.registry import default_registry, policy_spec, preset, world_model_spec
-from wmzoo.specs import TRAIN_PRESETS, RunSpec, TrainSpec, load_config, merge, parse_override, set_path, validate
+from wmzoo.errors import UnknownNameError, WmzooError
+from wmzoo.hookspecs import BackboneEntry, RunPreset
+from wmzoo.registry import default_registry
+from wmzoo.specs import (
+    RESUMABLE_TRAIN_FIELDS,
+    STANDARD_RUN_PRESETS,
+    TRAIN_PRESETS,
+    RunSpec,
+    TrainSpec,
+    from_preset,
+    load_config,
+    merge,
+    parse_override,
+    set_path,
+    validate,
+)
 
 SECTIONS = ("model", "policy", "train")
+DEFAULTS = {"backbone": "rssm", "env": "minigrid-empty-5x5", "preset": "tiny"}
+
+
+def run_presets(entry: BackboneEntry) -> dict[str, RunPreset]:
+    """Every ``--preset`` name of a backbone: the standard ones its world model has a preset for,
+    then the ones it declares (which add names or replace standard ones)."""
+    table = {
+        name: RunPreset(model=model, policy=model, train=name)
+        for name, model in STANDARD_RUN_PRESETS.items()
+        if model in entry.presets
+    }
+    table.update(entry.run_presets)
+    return table
 
 
 def run_spec(
@@ -29,79 +64,124 @@ def run_spec(
     config: str | Path | None = None,
     overrides: Iterable[str] | Mapping[str, Any] = (),
 ) -> RunSpec:
-    """Build and validate a run. ``overrides`` are ``"train.steps=500"`` strings or a mapping."""
+    """Build and validate a new run. ``overrides`` are ``"train.steps=500"`` strings or a mapping
+    of dotted keys; a name not given comes from the config file, else :data:`DEFAULTS`."""
     file = load_config(config) if config else {}
     unknown = set(file) - set(RunSpec.model_fields)
     if unknown:
         raise WmzooError(f"--config {config}: unknown top-level field(s) {sorted(unknown)}; "
                          f"allowed: {', '.join(RunSpec.model_fields)}")
-    backbone = backbone or file.get("backbone") or "rssm"
-    env = env or file.get("env") or "minigrid-empty-5x5"
-    preset_name = preset_name or file.get("preset") or "tiny"
+    backbone = backbone or file.get("backbone") or DEFAULTS["backbone"]
+    env = env or file.get("env") or DEFAULTS["env"]
+    preset_name = preset_name or file.get("preset") or DEFAULTS["preset"]
     registry = default_registry()
     entry = registry.backbone(backbone)
     policy = policy or file.get("policy_name") or entry.default_policy
     registry.env(env)  # unknown names fail here, before anything is built
+    registry.policy(policy)
 
-    tree: dict[str, Any] = {
-        "model": {}, "policy": {}, "train": {},
-        **{k: v for k, v in file.items() if k in SECTIONS},
-    }
-    if isinstance(overrides, Mapping):
-        items = [(key, value, f"{key}={value}") for key, value in overrides.items()]
-    else:
-        items = [(*parse_override(text), text) for text in overrides]
-    for key, value, text in items:
-        section = key.split(".", 1)[0]
-        if section == "seed":
+    tree: dict[str, Any] = {section: dict(file.get(section) or {}) for section in SECTIONS}
+    for key, value, text in _items(overrides):
+        if key == "seed":
             seed = value
-            continue
-        if section not in SECTIONS:
-            raise WmzooError(_unrooted(text, backbone, policy))
-        set_path(tree, key, value)
+        elif key.split(".", 1)[0] in SECTIONS:
+            set_path(tree, key, value)
+        else:
+            raise WmzooError(_unrooted(text, entry.spec.model_fields, registry.policy(policy).spec.model_fields))
 
-    # a trainer variant (paper-atari100k) uses the backbone's family preset (paper)
-    model_preset = _family(preset_name, entry.presets) if preset_name in TRAIN_PRESETS else preset_name
-    model = world_model_spec(backbone, model_preset, tree["model"])
-    pol = policy_spec(policy, _family(preset_name, registry.policy(policy).presets), tree["policy"])
-    # the trainer's preset of that name, else of its family; a backbone's own variant (iris's
-    # rem-config, a paper-scale configuration) trains with the trainer's paper preset
-    train_family = _family(preset_name, TRAIN_PRESETS)
-    if train_family not in TRAIN_PRESETS and preset_name in entry.presets:
-        train_family = "paper"
-    train_base = preset(TRAIN_PRESETS, train_family, "the trainer").model_dump()
-    # the backbone's own schedule for this preset (its exact name first, else its family's)
-    schedule = entry.train_presets.get(_family(preset_name, entry.train_presets), {})
-    train_base = merge(train_base, dict(schedule))
+    combo = _run_preset(entry, preset_name)
+    model = from_preset(entry.spec, entry.presets, combo.model, tree["model"], f"backbone '{backbone}'", "model")
+    pol_entry = registry.policy(policy)
+    pol = from_preset(pol_entry.spec, pol_entry.presets, combo.policy, tree["policy"], f"policy '{policy}'", "policy")
+    train_base = merge(TRAIN_PRESETS[combo.train].model_dump(), dict(combo.schedule))
     train = validate(TrainSpec, merge(train_base, tree["train"]), prefix="train")
-    data = {
-        "backbone": backbone, "env": env, "preset": preset_name, "policy_name": policy,
-        "seed": seed if seed is not None else file.get("seed", 0),
-        "model": model.model_dump(), "policy": pol.model_dump(), "train": train,
-    }
-    return validate(RunSpec, data)  # type: ignore[return-value]
+    return _run(backbone=backbone, env=env, preset=preset_name, policy_name=policy,
+                seed=seed if seed is not None else file.get("seed", 0), model=model, policy=pol, train=train)
 
 
-def _family(name: str, presets: Mapping[str, Any]) -> str:
-    """A backbone's variant preset (``paper-2d``) uses its family's (``paper``) elsewhere."""
-    if name not in presets and name.split("-", 1)[0] in presets:
-        return name.split("-", 1)[0]
-    return name
+def load_run(saved: Mapping[str, Any], source: str = "the saved run") -> RunSpec:
+    """A :class:`RunSpec` from its dumped form (``run.yaml``, a checkpoint's ``run``), each
+    section validated against its plugin's spec class. Runs saved before the policy name was
+    always recorded (an empty ``policy_name``) get the backbone's default policy."""
+    missing = [k for k in ("backbone", "env", "model", "policy", "train") if k not in saved]
+    if missing:
+        raise WmzooError(f"{source}: not a wmzoo run (missing {', '.join(missing)})")
+    registry = default_registry()
+    entry = registry.backbone(str(saved["backbone"]))
+    policy = str(saved.get("policy_name") or entry.default_policy)
+    pol_entry = registry.policy(policy)
+    try:
+        return _run(**{
+            **saved, "policy_name": policy, "preset": str(saved.get("preset", "")),
+            "model": validate(entry.spec, saved["model"], "model"),
+            "policy": validate(pol_entry.spec, saved["policy"], "policy"),
+            "train": validate(TrainSpec, saved["train"], "train"),
+        })
+    except WmzooError as exc:
+        raise WmzooError(f"{source}: {exc}") from None
 
 
-def _unrooted(text: str, backbone: str, policy: str) -> str:
+def resume_spec(
+    saved: Mapping[str, Any], overrides: Iterable[str] | Mapping[str, Any] = (), source: str = "run.yaml",
+) -> RunSpec:
+    """The saved run with the ``--set`` overrides that may change on resume applied
+    (``train.`` + :data:`~wmzoo.specs.RESUMABLE_TRAIN_FIELDS`); any other key is refused with one
+    line naming it, before anything is read or written."""
+    run = load_run(saved, source)
+    train = run.train.model_dump()
+    for key, value, text in _items(overrides):
+        section, _, field = key.partition(".")
+        if section != "train" or field not in RESUMABLE_TRAIN_FIELDS:
+            what = "unknown field" if not _known(run, key) else "cannot change on --resume"
+            raise WmzooError(
+                f"--set {text}: {what} (the checkpoint fixes it); on resume only "
+                f"{', '.join('train.' + f for f in RESUMABLE_TRAIN_FIELDS)} may change"
+            )
+        train[field] = value
+    return run.model_copy(update={"train": validate(TrainSpec, train, prefix="train")})
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _run(**fields: Any) -> RunSpec:
+    """Assemble a RunSpec from already validated sections (pydantic keeps the subclass instances)."""
+    return validate(RunSpec, fields)  # type: ignore[return-value]
+
+
+def _run_preset(entry: BackboneEntry, name: str) -> RunPreset:
+    table = run_presets(entry)
+    if name not in table:
+        raise UnknownNameError(f"unknown preset '{name}' of backbone '{entry.name}'; known: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def _items(overrides: Iterable[str] | Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+    """``(dotted key, value, text as given)`` for override strings or a mapping."""
+    if isinstance(overrides, Mapping):
+        return [(key, value, f"{key}={value}") for key, value in overrides.items()]
+    return [(*parse_override(text), text) for text in overrides]
+
+
+def _known(run: RunSpec, key: str) -> bool:
+    """Whether a dotted key names a field of the run (``train.steps``, ``model.optim.lr``)."""
+    node: Any = run
+    for part in key.split("."):
+        fields = type(node).model_fields if hasattr(type(node), "model_fields") else {}
+        if part not in fields:
+            return False
+        node = getattr(node, part)
+    return True
+
+
+def _unrooted(text: str, model_fields: Mapping[str, Any], policy_fields: Mapping[str, Any]) -> str:
     """Suggest the section a bare ``--set deter=512`` probably meant."""
     leaf = text.split(".", 1)[0].split("=", 1)[0]
-    registry = default_registry()
-    fields = {
-        "model": registry.backbone(backbone).spec.model_fields,
-        "policy": registry.policy(policy).spec.model_fields,
-        "train": TrainSpec.model_fields,
-    }
+    fields = {"model": model_fields, "policy": policy_fields, "train": TrainSpec.model_fields}
     for section, names in fields.items():
         if leaf in names:
             return f"--set {text}: did you mean --set {section}.{text}? (keys start with model., policy. or train.)"
-    candidates = [f"{s}.{n}" for s, names in fields.items() for n in names]
-    close = difflib.get_close_matches(leaf, [c.split(".", 1)[1] for c in candidates], n=1)
-    hint = f"; did you mean {next(c for c in candidates if c.endswith('.' + close[0]))}?" if close else ""
+    candidates = {name: f"{section}.{name}" for section, names in fields.items() for name in names}
+    close = difflib.get_close_matches(leaf, list(candidates), n=1)
+    hint = f"; did you mean {candidates[close[0]]}?" if close else ""
     return f"--set {text}: unknown field (keys start with model., policy., train. or seed){hint}"

@@ -16,3 +16,9 @@ class UnknownNameError(WmzooError, KeyError):
 
 class MissingDependencyError(WmzooError, ImportError):
     """An optional dependency is not installed; the message carries the pip command."""
+
+
+class SpecError(WmzooError, ValueError):
+    """Valid-looking spec values that a component cannot be built with (e.g. more CNN stages than
+    the frame size allows). A plugin raises it from ``build`` with a message naming the field,
+    the value and what would work; the CLI prints it as one line and exits with code 2."""

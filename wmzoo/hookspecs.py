@@ -38,14 +38,32 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @dataclass(frozen=True)
+class RunPreset:
+    """What one ``--preset NAME`` selects: a preset of the world model, of the policy and of the
+    trainer, and the backbone's changes to that trainer preset (``schedule``: TrainSpec fields,
+    e.g. REM table 3's one update per env step; ``--set`` still wins)."""
+
+    model: str
+    policy: str
+    train: str
+    schedule: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class BackboneEntry:
     """A world-model backbone.
 
     ``presets`` must hold ``tiny``, ``small`` and ``paper`` instances of ``spec``;
-    ``build(spec, env)`` returns the :class:`~wmzoo.interfaces.WorldModel`.
-    ``train_presets`` changes fields of the trainer's preset of the same name for this backbone,
-    where its paper's schedule differs from the trainer's default (REM's ``paper``: one
-    world-model update per env step, the actor-critic every second, ``--set`` still wins).
+    ``build(spec, env)`` returns the :class:`~wmzoo.interfaces.WorldModel` (raising
+    :class:`~wmzoo.errors.SpecError` for values it cannot build).
+
+    ``run_presets`` declares the ``--preset`` names beyond the standard ones, each a
+    :class:`RunPreset`. Every backbone has, without declaring them, ``tiny``, ``small`` and
+    ``paper`` (that preset of the world model, the policy and the trainer) and the trainer's
+    variants (``paper-atari100k``: the ``paper`` world model and policy, the trainer's
+    ``paper-atari100k``). A declared name adds a run preset (s4wm's ``paper-2d``: its
+    ``paper-2d`` world model with the ``paper`` policy and trainer) or replaces a standard one
+    (REM's ``paper`` with its own schedule). Nothing is inferred from the spelling of a name.
     """
 
     name: str
@@ -55,7 +73,7 @@ class BackboneEntry:
     default_policy: str = "dreamer"
     description: str = ""
     paper: str = ""
-    train_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    run_presets: Mapping[str, RunPreset] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,7 @@ __all__ = [
     "BackboneEntry",
     "EnvEntry",
     "PolicyEntry",
+    "RunPreset",
     "WmzooSpecs",
     "hookimpl",
     "hookspec",

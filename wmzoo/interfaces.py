@@ -147,6 +147,20 @@ class Step:
 
 
 @dataclass
+class BurnIn:
+    """The real steps before each imagination start, for a policy with a recurrent state
+    (:meth:`Policy.burn_in`; IRIS's and REM's LSTM actor-critics). ``N`` starts, ``T_c`` steps."""
+
+    features: Tensor  # [N, T_c, *F] world-model features of the real steps before each start
+    is_first: Tensor  # [N, T_c + 1] bool: those steps and the start; reset the policy state there
+    actions: Tensor | None = None  # [N, T_c, ...] actions taken at those steps (for rem-ac)
+
+    def index(self, keep: Tensor) -> BurnIn:
+        """The rows ``keep`` of every field (the starts the trainer imagines from)."""
+        return BurnIn(self.features[keep], self.is_first[keep], None if self.actions is None else self.actions[keep])
+
+
+@dataclass
 class TrainOutput:
     """What :meth:`WorldModel.loss` returns for one training batch."""
 
@@ -155,13 +169,7 @@ class TrainOutput:
     start: State  # states imagination starts from, batch-flattened [N, ...], detached
     start_cont: Tensor  # [N] whether each start state is non-terminal (1.0) or terminal (0.0)
     carry: State | None = None  # last state of each row, detached, when training is stateful
-    # features [N, T_c, *F] of the real steps just before each start state, for policies that
-    # burn in a recurrent state (Policy.burn_in), and is_first [N, T_c + 1] of them and the start
-    # (true where the policy state must be reset before that step); optionally the actions taken
-    # at those steps [N, T_c, ...] for a policy that reads its own actions (rem-ac)
-    context: Tensor | None = None
-    context_first: Tensor | None = None
-    context_action: Tensor | None = None
+    burn_in: BurnIn | None = None  # the real context of each start, for recurrent policies
 
 
 @dataclass
@@ -288,11 +296,10 @@ class Policy(nn.Module, ABC):
         """Recurrent policy state (empty for feed-forward policies)."""
         return {}
 
-    def burn_in(self, features: Tensor, is_first: Tensor, actions: Tensor | None = None) -> State:
-        """The policy state at imagination start after the real context ``features [N, T_c, *F]``
-        (``is_first [N, T_c + 1]`` of those steps and the start step; ``actions [N, T_c, ...]``
-        taken at those steps, when the world model supplies them). The default ignores it."""
-        return self.initial_state(features.shape[0])
+    def burn_in(self, context: BurnIn) -> State:
+        """The policy state at imagination start after the real steps of ``context`` (called
+        when the world model's :class:`TrainOutput` has a ``burn_in``). The default ignores it."""
+        return self.initial_state(context.features.shape[0])
 
     @abstractmethod
     def act(

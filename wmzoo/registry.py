@@ -20,7 +20,7 @@ import fnmatch
 import importlib.util
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
@@ -29,10 +29,10 @@ from typing import Any
 import pluggy
 
 from wmzoo import hookspecs
-from wmzoo.errors import MissingDependencyError, UnknownNameError, WmzooError
+from wmzoo.errors import MissingDependencyError, SpecError, UnknownNameError, WmzooError
 from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry
 from wmzoo.interfaces import EnvInfo, Policy, WorldModel
-from wmzoo.specs import PolicySpec, Spec, WorldModelSpec, validate
+from wmzoo.specs import PolicySpec, WorldModelSpec, from_preset
 
 ENTRY_POINT_GROUP = "wmzoo"
 
@@ -223,33 +223,74 @@ def list_envs(pattern: str = "*") -> list[str]:
     return fnmatch.filter(sorted(default_registry().env_names()), pattern)
 
 
-def preset(presets: Mapping[str, Spec], name: str, what: str) -> Spec:
-    if name not in presets:
-        raise UnknownNameError(f"unknown preset '{name}' of {what}; known: {', '.join(sorted(presets))}")
-    return presets[name]
-
-
 def world_model_spec(
     backbone: str, preset_name: str = "tiny", overrides: Mapping[str, Any] | None = None
 ) -> WorldModelSpec:
     """The backbone's preset with nested ``overrides`` applied and validated."""
-    from wmzoo.specs import merge
-
     entry = default_registry().backbone(backbone)
-    base = preset(entry.presets, preset_name, f"backbone '{backbone}'")
-    data = merge(base.model_dump(), overrides or {})
-    return validate(entry.spec, data, prefix="model")  # type: ignore[return-value]
+    return from_preset(  # type: ignore[return-value]
+        entry.spec, entry.presets, preset_name, overrides or {}, f"backbone '{backbone}'", "model"
+    )
 
 
 def policy_spec(
     policy: str, preset_name: str = "tiny", overrides: Mapping[str, Any] | None = None
 ) -> PolicySpec:
-    from wmzoo.specs import merge
-
+    """The policy's preset with nested ``overrides`` applied and validated."""
     entry = default_registry().policy(policy)
-    base = preset(entry.presets, preset_name, f"policy '{policy}'")
-    data = merge(base.model_dump(), overrides or {})
-    return validate(entry.spec, data, prefix="policy")  # type: ignore[return-value]
+    return from_preset(  # type: ignore[return-value]
+        entry.spec, entry.presets, preset_name, overrides or {}, f"policy '{policy}'", "policy"
+    )
+
+
+# What the core reads from every built world model besides its methods (see WorldModel).
+WORLD_MODEL_ATTRIBUTES = ("spec", "env", "feature_shape", "stateful_training")
+
+
+def build_world_model(backbone: str, spec: WorldModelSpec, env: EnvInfo) -> WorldModel:
+    """The backbone's world model for a validated ``spec``: the one place the core builds one.
+
+    A :class:`~wmzoo.errors.SpecError` from the plugin (values it cannot build), or any other
+    exception of its ``build``, becomes one line naming the backbone; so does a world model that
+    lacks an attribute the core reads."""
+    entry = default_registry().backbone(backbone)
+    what = f"backbone '{backbone}'"
+    wm = _build(what, entry.build, spec, env)
+    missing = [name for name in WORLD_MODEL_ATTRIBUTES if not hasattr(wm, name)]
+    if not isinstance(wm, WorldModel) or missing:
+        problem = f"is a {type(wm).__name__}" if not isinstance(wm, WorldModel) else f"lacks {', '.join(missing)}"
+        raise WmzooError(f"{what}: its build returned a world model that {problem}; a world model "
+                         "subclasses wmzoo.interfaces.WorldModel and sets spec, env and feature_shape "
+                         "in __init__ (see CONTRIBUTING.md)")
+    shape = wm.feature_shape
+    if not (isinstance(shape, tuple) and shape and all(isinstance(d, int) and d > 0 for d in shape)):
+        raise WmzooError(f"{what}: feature_shape must be a non-empty tuple of positive ints, got {shape!r}")
+    return wm
+
+
+def build_policy(policy: str, spec: PolicySpec, feature_shape: tuple[int, ...], env: EnvInfo) -> Policy:
+    """The policy for a validated ``spec`` on world-model features of ``feature_shape``."""
+    entry = default_registry().policy(policy)
+    built = _build(f"policy '{policy}'", entry.build, spec, feature_shape, env)
+    if not isinstance(built, Policy):
+        raise WmzooError(f"policy '{policy}': its build returned a {type(built).__name__}, "
+                         "not a wmzoo.interfaces.Policy")
+    return built
+
+
+def _build(what: str, build: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return build(*args)
+    except SpecError as exc:  # named once: a plugin's message may already say whose it is
+        raise SpecError(str(exc) if str(exc).startswith(what) else f"{what}: {exc}") from None
+    except WmzooError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's build may fail in any way; one line
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise WmzooError(
+            f"{what} could not be built from these values ({type(exc).__name__}: {first}); "
+            "check the --set values against `wmzoo spec`"
+        ) from exc
 
 
 def create_world_model(
@@ -259,8 +300,7 @@ def create_world_model(
     overrides: Mapping[str, Any] | None = None,
 ) -> WorldModel:
     """Build a backbone's world model by name (timm's ``create_model``)."""
-    spec = world_model_spec(backbone, preset, overrides)
-    return default_registry().backbone(backbone).build(spec, env)
+    return build_world_model(backbone, world_model_spec(backbone, preset, overrides), env)
 
 
 def create_policy(
@@ -270,8 +310,8 @@ def create_policy(
     preset: str = "tiny",
     overrides: Mapping[str, Any] | None = None,
 ) -> Policy:
-    spec = policy_spec(policy, preset, overrides)
-    return default_registry().policy(policy).build(spec, feature_shape, env)
+    """Build a policy by name for world-model features of ``feature_shape``."""
+    return build_policy(policy, policy_spec(policy, preset, overrides), feature_shape, env)
 
 
 def make_env(name: str, *, seed: int | None = None, size: int = 64, train: bool = True) -> Any:

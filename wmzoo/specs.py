@@ -9,15 +9,16 @@ same plain dict and validated once, so a bad value fails the same way wherever i
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
-from wmzoo.errors import WmzooError
+from wmzoo.errors import UnknownNameError, WmzooError
 
 class Spec(BaseModel):
     """Base of every spec: immutable, no unknown fields, described fields."""
@@ -122,17 +123,36 @@ TRAIN_PRESETS: dict[str, TrainSpec] = {
     "paper-atari100k": TrainSpec(steps=100_000, envs=1),
 }
 
+# The standard run presets every backbone has: the name of a trainer preset → the preset its world
+# model and policy use with it. Backbones declare any other combination (hookspecs.RunPreset).
+STANDARD_RUN_PRESETS: dict[str, str] = {
+    "tiny": "tiny", "small": "small", "paper": "paper", "paper-atari100k": "paper",
+}
+
+# What `wmzoo run --resume --set train.X=...` may change: when and how long to train, log and
+# checkpoint, and where. Everything else (the model, the policy, how data is collected and
+# sampled) is fixed by the checkpoint and the replay it was trained with.
+RESUMABLE_TRAIN_FIELDS: tuple[str, ...] = (
+    "steps", "final_updates", "log_every", "checkpoint_every", "gif_horizon", "device", "threads",
+)
+
 
 class RunSpec(Spec):
-    """One run: which backbone on which env, and every hyperparameter, validated."""
+    """One run: which backbone on which env, and every hyperparameter, validated.
+
+    ``model`` and ``policy`` are the backbone's and the policy's own spec classes (subclasses of
+    :class:`WorldModelSpec` and :class:`PolicySpec`), so a RunSpec is built by
+    :mod:`wmzoo.config` (``run_spec`` from names, ``load_run`` from a saved ``run.yaml`` or
+    checkpoint), which knows those classes through the registry.
+    """
 
     backbone: str
     env: str
-    preset: str = "tiny"
-    policy_name: str = Field("", description="policy plugin; empty: the backbone's default")
+    preset: str
+    policy_name: str = Field(description="the policy plugin")
     seed: int = Field(0, ge=0)
-    model: dict[str, Any]
-    policy: dict[str, Any]
+    model: SerializeAsAny[WorldModelSpec]
+    policy: SerializeAsAny[PolicySpec]
     train: TrainSpec
 
 
@@ -181,34 +201,47 @@ def merge(tree: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML (or JSON) config file of nested overrides."""
+def load_config(path: str | Path, what: str = "--config ") -> dict[str, Any]:
+    """Read a YAML (or JSON) config file of nested overrides (``what`` starts its errors)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise WmzooError(f"--config {path}: no such file") from None
+        raise WmzooError(f"{what}{path}: no such file") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise WmzooError(f"--config {path}: not valid YAML ({first})") from None
+        raise WmzooError(f"{what}{path}: not valid YAML ({first})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise WmzooError(f"--config {path}: expected a mapping of fields, got {type(data).__name__}")
+        raise WmzooError(f"{what}{path}: expected a mapping of fields, got {type(data).__name__}")
     return data
 
 
-def describe_error(exc: ValidationError, prefix: str = "") -> str:
-    """One line for the first error: the field path, what is wrong, and the value given."""
+def describe_error(exc: ValidationError, prefix: str = "", cls: type[BaseModel] | None = None) -> str:
+    """One line for the first error: the field path, what is wrong, and the value given (for an
+    unknown field of ``cls``, the closest known one)."""
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        return f"{loc}: unknown field"
+        return f"{loc}: unknown field{_did_you_mean(cls, err['loc'])}"
     given = err.get("input")
     if isinstance(given, (dict, list)):
         return f"{loc}: {msg}"
     return f"{loc}: {msg} (got {given!r})"
+
+
+def _did_you_mean(cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """``"; did you mean deter?"`` for the unknown field at ``loc`` of ``cls``, if one is close."""
+    for part in loc[:-1]:  # walk to the spec that holds the unknown field
+        info = cls.model_fields.get(str(part)) if cls is not None else None
+        ann = info.annotation if info is not None else None
+        cls = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    if cls is None:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def validate(cls: type[Spec], data: Mapping[str, Any], prefix: str = "") -> Spec:
@@ -216,7 +249,18 @@ def validate(cls: type[Spec], data: Mapping[str, Any], prefix: str = "") -> Spec
     try:
         return cls.model_validate(dict(data))
     except ValidationError as exc:
-        raise WmzooError(describe_error(exc, prefix)) from None
+        raise WmzooError(describe_error(exc, prefix, cls)) from None
+
+
+def from_preset(
+    cls: type[Spec], presets: Mapping[str, Spec], name: str, overrides: Mapping[str, Any], what: str,
+    prefix: str,
+) -> Spec:
+    """The preset ``name`` of ``presets`` with nested ``overrides`` applied, validated as ``cls``
+    (errors name ``prefix.field``; an unknown preset names ``what`` and the known ones)."""
+    if name not in presets:
+        raise UnknownNameError(f"unknown preset '{name}' of {what}; known: {', '.join(sorted(presets))}")
+    return validate(cls, merge(presets[name].model_dump(), overrides), prefix=prefix)
 
 
 def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:

@@ -18,7 +18,8 @@ import torch
 from wmzoo.bench.harness import synthetic_batch
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import EnvInfo, State, TrainOutput, WorldModel
-from wmzoo.registry import default_registry, world_model_spec
+from wmzoo.config import run_presets
+from wmzoo.registry import build_world_model, default_registry, world_model_spec
 from wmzoo.specs import TRAIN_PRESETS, TrainSpec, merge
 from wmzoo.train.optim import step_components, world_model_optimizers
 
@@ -93,19 +94,21 @@ def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any]
     """Build the registered backbone ``name`` at ``preset`` and run :func:`check_world_model`.
 
     Also checks that the entry has the three standard presets, each valid for its spec, and that
-    its ``train_presets`` name presets and change valid trainer fields.
+    each of its run presets names presets that exist and a schedule of valid trainer fields.
     """
-    entry = default_registry().backbone(name)
+    registry = default_registry()
+    entry = registry.backbone(name)
     missing = {"tiny", "small", "paper"} - set(entry.presets)
     assert not missing, f"backbone {name!r} lacks presets {sorted(missing)}"
     for preset_name, spec in entry.presets.items():
         assert isinstance(spec, entry.spec), f"preset {preset_name!r} is not a {entry.spec.__name__}"
         entry.spec.model_validate(spec.model_dump())
-    for preset_name, changes in entry.train_presets.items():
-        assert preset_name in TRAIN_PRESETS or preset_name in entry.presets, (
-            f"train_presets of {name!r} names {preset_name!r}, neither a trainer nor a backbone preset"
-        )
-        base = TRAIN_PRESETS.get(preset_name, TRAIN_PRESETS["paper"])
-        TrainSpec.model_validate(merge(base.model_dump(), changes))
+    policy = registry.policy(entry.default_policy)
+    for preset_name, combo in run_presets(entry).items():
+        where = f"run preset {preset_name!r} of {name!r}"
+        assert combo.model in entry.presets, f"{where} names world-model preset {combo.model!r}, which {name!r} lacks"
+        assert combo.policy in policy.presets, f"{where} names policy preset {combo.policy!r}, which {policy.name!r} lacks"
+        assert combo.train in TRAIN_PRESETS, f"{where} names trainer preset {combo.train!r}; known: {sorted(TRAIN_PRESETS)}"
+        TrainSpec.model_validate(merge(TRAIN_PRESETS[combo.train].model_dump(), dict(combo.schedule)))
     spec = world_model_spec(name, preset, overrides)
-    check_world_model(entry.build(spec, env), env)
+    check_world_model(build_world_model(name, spec, env), env)

@@ -10,7 +10,7 @@ from wmzoo.hookspecs import BackboneEntry, PolicyEntry, hookimpl
 
 from .actor_critic import PRESETS as POLICY_PRESETS
 from .actor_critic import IrisActorCritic, IrisActorCriticSpec
-from .model import PRESETS, TRAIN_PRESETS, IrisSpec, IrisWorldModel
+from .model import PRESETS, RUN_PRESETS, IrisSpec, IrisWorldModel
 
 
 @hookimpl
@@ -24,7 +24,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             default_policy="iris-ac",
             description="IRIS: VQ-VAE tokens and a causal GPT with a KV cache, K + 1 calls per imagined step",
             paper="Micheli et al. 2023 (IRIS), section 2, appendices A-B; REM (Cohen et al. 2024) appendix A.4 for rem-config",
-            train_presets=TRAIN_PRESETS,
+            run_presets=RUN_PRESETS,
         )
     ]
 
@@ -46,7 +46,7 @@ def wmzoo_policies() -> list[PolicyEntry]:
 __all__ = [
     "POLICY_PRESETS",
     "PRESETS",
-    "TRAIN_PRESETS",
+    "RUN_PRESETS",
     "IrisActorCritic",
     "IrisActorCriticSpec",
     "IrisSpec",

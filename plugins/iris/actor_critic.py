@@ -13,7 +13,7 @@ Network: 4 × [3×3 conv, 2×2 max-pool, ReLU] with 32, 32, 64, 64 channels on f
 ``[-1, 1]``, flattened (1024 for 64×64) → ``LSTMCell`` 512 → linear actor and critic heads, one
 optimizer for both (IRIS: Adam lr 1e-4, clip 10). Burn-in: before imagining, the LSTM runs over
 the reconstructions of the ``burn_in`` real frames preceding each start (IRIS: 20), reset at
-episode starts (:meth:`IrisActorCritic.burn_in`, fed by the world model's ``context``).
+episode starts (:meth:`IrisActorCritic.burn_in`, fed by the world model's ``TrainOutput.burn_in``).
 
 The losses are :func:`wmzoo.agents.returns.reinforce_losses`, shared with REM's ``rem-ac``.
 Deviations: the losses are weighted by the imagination engine's termination weights (products of
@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from wmzoo.agents.returns import reinforce_losses
-from wmzoo.errors import WmzooError
-from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
+from wmzoo.errors import SpecError
+from wmzoo.interfaces import BurnIn, EnvInfo, Policy, State, Trajectory
 from wmzoo.specs import OptimSpec, PolicySpec
 from wmzoo.train.optim import Optimizer
 
@@ -57,15 +57,15 @@ class IrisActorCritic(Policy):
     def __init__(self, spec: IrisActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
         if not env.discrete:
-            raise WmzooError(f"policy 'iris-ac' needs discrete actions; env {env.name!r} is continuous")
+            raise SpecError(f"policy 'iris-ac' needs discrete actions; env {env.name!r} is continuous")
         if len(feature_shape) != 3:
-            raise WmzooError(
+            raise SpecError(
                 f"policy 'iris-ac' reads images [C, H, W], but the backbone's features have shape "
                 f"{tuple(feature_shape)}; use it with a backbone whose features are frames (iris)"
             )
         c, h, w = feature_shape
         if h % 2 ** len(spec.channels) or w % 2 ** len(spec.channels):
-            raise WmzooError(f"policy 'iris-ac': image {h}x{w} does not divide by 2**{len(spec.channels)} (max-pools)")
+            raise SpecError(f"policy 'iris-ac': image {h}x{w} does not divide by 2**{len(spec.channels)} (max-pools)")
         self.spec, self.env = spec, env
         layers: list[nn.Module] = []
         for out in spec.channels:
@@ -92,9 +92,10 @@ class IrisActorCritic(Policy):
         keep = (~first).float().unsqueeze(-1)
         return {k: v * keep for k, v in state.items()}
 
-    def burn_in(self, features: Tensor, is_first: Tensor, actions: Tensor | None = None) -> State:
+    def burn_in(self, context: BurnIn) -> State:
         """Run the LSTM over the real context's reconstructions, resetting at episode starts
-        (IRIS's LSTM reads frames only, so ``actions`` are not used)."""
+        (IRIS's LSTM reads frames only, so ``context.actions`` are not used)."""
+        features, is_first = context.features, context.is_first
         state = self.initial_state(features.shape[0])
         for t in range(features.shape[1]):
             state = self._reset(state, is_first[:, t])

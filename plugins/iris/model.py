@@ -43,7 +43,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from wmzoo.interfaces import Batch, EnvInfo, State, Step, TrainOutput, WorldModel
+from wmzoo.hookspecs import RunPreset
+from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, WorldModel
 from wmzoo.nn.heads import masked_mean, reward_cont_targets, start_conts
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
 from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
@@ -191,11 +192,10 @@ class IrisWorldModel(WorldModel):
         else:
             wm_loss = torch.zeros((), device=frames.device, requires_grad=True)
 
-        start, start_cont, context, context_first = self._starts(batch, all_tokens)
+        start, start_cont, burn_in = self._starts(batch, all_tokens)
         return TrainOutput(
             losses={"tokenizer": tok_loss, "world_model": wm_loss},
-            metrics=metrics, start=start, start_cont=start_cont,
-            context=context, context_first=context_first,
+            metrics=metrics, start=start, start_cont=start_cont, burn_in=burn_in,
         )
 
     def _world_model_loss(self, batch: Batch, tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
@@ -235,7 +235,7 @@ class IrisWorldModel(WorldModel):
         return loss, metrics
 
     @torch.no_grad()
-    def _starts(self, batch: Batch, tokens: Tensor) -> tuple[State, Tensor, Tensor, Tensor]:
+    def _starts(self, batch: Batch, tokens: Tensor) -> tuple[State, Tensor, BurnIn]:
         """Imagination starts at each row's last frame; the ``burn_in`` frames before it (their
         reconstructions) and the ``is_first`` flags let the policy burn in (IRIS)."""
         T = batch.shape[1]
@@ -243,8 +243,7 @@ class IrisWorldModel(WorldModel):
         start_cont = start_conts(batch)[:, -1]
         n = min(self.spec.burn_in, T - 1)
         context = self.tokenizer.decode(tokens[:, T - 1 - n : T - 1])
-        context_first = batch.is_first[:, T - 1 - n :]
-        return start, start_cont, context, context_first
+        return start, start_cont, BurnIn(features=context, is_first=batch.is_first[:, T - 1 - n :])
 
     # -- states -----------------------------------------------------------------------------
     def _empty_cache(self, batch: int, device: torch.device) -> KVCache:
@@ -366,13 +365,15 @@ PRESETS: dict[str, IrisSpec] = {
     ),
 }
 
-# The trainer's presets as IRIS (appendix B and its config) and REM (table 3) schedule them
+# The run presets whose trainer schedule is IRIS's (appendix B and its config) or REM's (table 3)
 # (`--set train.…` still wins). An epoch is 200 env steps, then 200 updates of each component:
 # one world-model update per env step (train_ratio = its batch, 64 x 20 replayed steps); with
 # rem-config, REM's 64 x 10 batch and 100 actor-critic updates per epoch. 600 epochs of which the
 # last 100 collect nothing.
-TRAIN_PRESETS: dict[str, dict[str, float | int]] = {
-    "paper": {"train_ratio": 64 * 20, "policy_every": 1, "final_updates": 100 * 200},
-    "rem-config": {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200},
+_IRIS_SCHEDULE = {"train_ratio": 64 * 20, "policy_every": 1, "final_updates": 100 * 200}
+_REM_SCHEDULE = {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200}
+RUN_PRESETS: dict[str, RunPreset] = {
+    "paper": RunPreset(model="paper", policy="paper", train="paper", schedule=_IRIS_SCHEDULE),
+    "paper-atari100k": RunPreset(model="paper", policy="paper", train="paper-atari100k", schedule=_IRIS_SCHEDULE),
+    "rem-config": RunPreset(model="rem-config", policy="rem-config", train="paper", schedule=_REM_SCHEDULE),
 }
-

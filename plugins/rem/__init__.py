@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from wmzoo.hookspecs import BackboneEntry, PolicyEntry, hookimpl
 
-from .model import PRESETS, TRAIN_PRESETS, REMSpec, REMWorldModel
+from .model import PRESETS, RUN_PRESETS, REMSpec, REMWorldModel
 from .policy import POLICY_PRESETS, REMActorCritic, REMActorCriticSpec
 
 
@@ -24,7 +24,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             description="REM: VQ-VAE tokens, RetNet world model with Parallel Observation Prediction "
             "(2 world-model calls per imagined step)",
             paper="Cohen, Kaufmann, Mannor 2024 (REM), section 2, algorithms 1-7, tables 2-7",
-            train_presets=TRAIN_PRESETS,
+            run_presets=RUN_PRESETS,
         )
     ]
 
@@ -46,7 +46,7 @@ def wmzoo_policies() -> list[PolicyEntry]:
 __all__ = [
     "POLICY_PRESETS",
     "PRESETS",
-    "TRAIN_PRESETS",
+    "RUN_PRESETS",
     "REMActorCritic",
     "REMActorCriticSpec",
     "REMSpec",

@@ -34,8 +34,9 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from wmzoo.errors import WmzooError
-from wmzoo.interfaces import Batch, EnvInfo, State, Step, TrainOutput, WorldModel
+from wmzoo.errors import SpecError
+from wmzoo.hookspecs import RunPreset
+from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, WorldModel
 from wmzoo.nn.heads import masked_mean, reward_cont_targets, start_conts
 from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
@@ -103,7 +104,7 @@ class REMWorldModel(WorldModel):
     def __init__(self, spec: REMSpec, env: EnvInfo) -> None:
         super().__init__()
         if not env.discrete:
-            raise WmzooError(f"backbone 'rem' needs discrete actions; env {env.name!r} has continuous ones")
+            raise SpecError(f"backbone 'rem' needs discrete actions; env {env.name!r} has continuous ones")
         self.spec, self.env = spec, env
         self.tokenizer = Tokenizer(spec.tokenizer, env.obs_shape)
         self.num_tokens = self.tokenizer.num_tokens
@@ -218,17 +219,17 @@ class REMWorldModel(WorldModel):
             "world_model/end_loss": float(end_loss.detach()),
             **next_token_accuracy(logits.argmax(-1)[obs_mask], tokens[obs_mask], tokens.roll(1, 1)[obs_mask]),
         })
-        start, context, context_first, context_action = self._start_states(tokens, batch)
+        start, burn_in = self._start_states(tokens, batch)
         return TrainOutput(
             losses={"tokenizer": tok_loss, "world_model": wm_loss if active else wm_loss.detach()},
             metrics=metrics,
             start=start,
             start_cont=start_conts(batch).flatten(),
-            context=context, context_first=context_first, context_action=context_action,
+            burn_in=burn_in,
         )
 
     @torch.no_grad()
-    def _start_states(self, tokens: Tensor, batch: Batch) -> tuple[State, Tensor, Tensor, Tensor]:
+    def _start_states(self, tokens: Tensor, batch: Batch) -> tuple[State, BurnIn]:
         """An imagination start at every step ``t`` (``[B·T]``): the state of the ``context − 1``
         blocks before ``t`` within ``t``'s episode, built from an empty state, and ``z_t`` (REM's
         context of two real frames, table 7 and the official code; not the whole segment).
@@ -259,8 +260,9 @@ class REMWorldModel(WorldModel):
         valid = torch.stack([torch.zeros_like(valid), *valids, torch.ones_like(valid)], 1)  # [B·T, C + 1]
         first = valid[:, 1:] & ~valid[:, :-1]
         if not features:  # context 1: the start frame alone
-            return start, self.features(start)[:, None][:, :0], first, batch.action.flatten(0, 1)[:, None][:, :0]
-        return start, torch.stack(features, 1), first, torch.stack(actions, 1)
+            empty = BurnIn(self.features(start)[:, None][:, :0], first, batch.action.flatten(0, 1)[:, None][:, :0])
+            return start, empty
+        return start, BurnIn(torch.stack(features, 1), first, torch.stack(actions, 1))
 
     # -- filtering and imagination -----------------------------------------------------------
     def initial_state(self, batch_size: int) -> State:
@@ -372,11 +374,13 @@ PRESETS: dict[str, REMSpec] = {
     ),
 }
 
-# The trainer's presets as REM schedules them (table 3; `--set train.…` still wins). An epoch is
-# 200 env steps then 200 tokenizer and world-model updates and 100 actor-critic updates: one
+# The run presets whose trainer schedule is REM's (table 3; `--set train.…` still wins). An epoch
+# is 200 env steps then 200 tokenizer and world-model updates and 100 actor-critic updates: one
 # update of batch 64 x 10 per env step (train_ratio = 640 replayed steps per env step), the policy
 # every second one; 600 epochs of which the last 100 collect nothing (table 2).
-TRAIN_PRESETS: dict[str, dict[str, float | int]] = {
-    "paper": {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200},
+_SCHEDULE = {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200}
+RUN_PRESETS: dict[str, RunPreset] = {
+    "paper": RunPreset(model="paper", policy="paper", train="paper", schedule=_SCHEDULE),
+    "paper-atari100k": RunPreset(model="paper", policy="paper", train="paper-atari100k", schedule=_SCHEDULE),
 }
 

@@ -31,8 +31,8 @@ from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from wmzoo.agents.returns import reinforce_losses
-from wmzoo.errors import WmzooError
-from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory, reset_state
+from wmzoo.errors import SpecError
+from wmzoo.interfaces import BurnIn, EnvInfo, Policy, State, Trajectory, reset_state
 from wmzoo.specs import OptimSpec, PolicySpec
 from wmzoo.train.optim import Optimizer
 
@@ -70,12 +70,12 @@ class REMActorCritic(Policy):
     def __init__(self, spec: REMActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
         if len(feature_shape) != 3:
-            raise WmzooError(
+            raise SpecError(
                 f"policy 'rem-ac' reads code vectors on a grid [d, s, s], but the backbone's features "
                 f"have shape {tuple(feature_shape)}; pick a policy for {len(feature_shape)}-D features"
             )
         if not env.discrete:
-            raise WmzooError(f"policy 'rem-ac' needs discrete actions; env {env.name!r} has continuous ones")
+            raise SpecError(f"policy 'rem-ac' needs discrete actions; env {env.name!r} has continuous ones")
         channels, side, side2 = feature_shape
         c1, c2 = spec.conv_channels
         self.spec, self.env = spec, env
@@ -104,9 +104,10 @@ class REMActorCritic(Policy):
         """The extra LSTM step on the action just taken (appendix A.1.2)."""
         return self._observe(self.action_embed(action.long()), state)
 
-    def burn_in(self, features: Tensor, is_first: Tensor, actions: Tensor | None = None) -> State:
+    def burn_in(self, context: BurnIn) -> State:
         """Section 2: C starts from the same short real segment as M. The LSTM reads each context
         frame and, when given, the action taken there, resetting where ``is_first`` says."""
+        features, is_first, actions = context.features, context.is_first, context.actions
         state = self.initial_state(features.shape[0])
         for t in range(features.shape[1]):
             state = reset_state(state, self.initial_state(features.shape[0]), is_first[:, t])

@@ -9,6 +9,7 @@ from wmzoo.hookspecs import BackboneEntry, hookimpl
 
 from .model import (
     PRESETS,
+    RUN_PRESETS,
     RSSM,
     LayerNormGRUCell,
     RSSMSpec,
@@ -27,12 +28,14 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             default_policy="dreamer",
             description="DreamerV3 RSSM (LayerNorm GRU, 32x32 categorical latents) with truncated BPTT",
             paper="Hafner et al. 2023 (DreamerV3); RSSM-TBTT baseline of Deng et al. 2023 (s4wm), tables 7-8",
+            run_presets=RUN_PRESETS,
         )
     ]
 
 
 __all__ = [
     "PRESETS",
+    "RUN_PRESETS",
     "RSSM",
     "LayerNormGRUCell",
     "RSSMSpec",

@@ -36,6 +36,7 @@ import torch
 from pydantic import Field
 from torch import Tensor, nn
 
+from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import (
     Batch,
     Dynamics,
@@ -293,3 +294,7 @@ PRESETS: dict[str, RSSMSpec] = {
         cnn_depth=32, cnn_stages=3, kl=PAPER_KL, optim=PAPER_OPTIM,
     ),
 }
+
+# The world-model variants as run presets: each with the dreamer policy's and the trainer's
+# `paper` preset.
+RUN_PRESETS: dict[str, RunPreset] = {"paper-2d": RunPreset(model="paper-2d", policy="paper", train="paper")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from wmzoo.hookspecs import BackboneEntry, hookimpl
 
-from .model import PRESETS, S4WMSpec, S4WMWorldModel
+from .model import PRESETS, RUN_PRESETS, S4WMSpec, S4WMWorldModel
 from .s4 import S4Block, S4Blocks, S4DLayer
 
 
@@ -23,12 +23,14 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             description="S4WM: stack of S4 blocks (diagonal S4D) over 32x32 categorical latents, "
             "parallel training, recurrent imagination",
             paper="Deng et al. 2023, Facing Off World Model Backbones (s4wm), section 4, appendix B.1, tables 7-8",
+            run_presets=RUN_PRESETS,
         )
     ]
 
 
 __all__ = [
     "PRESETS",
+    "RUN_PRESETS",
     "S4Block",
     "S4Blocks",
     "S4DLayer",

@@ -39,6 +39,7 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
+from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import (
     Batch,
     EnvInfo,
@@ -347,4 +348,10 @@ PRESETS: dict[str, S4WMSpec] = {
     # appendix B.1 variants at the paper's 3D sizes
     "no-mlp": S4WMSpec(**{**_PAPER_3D, "mlp": False, "start_stride": 8}),
     "full-posterior": S4WMSpec(**{**_PAPER_3D, "posterior": "full", "start_stride": 8}),
+}
+
+# The world-model variants as run presets: each with the dreamer policy's and the trainer's
+# `paper` preset.
+RUN_PRESETS: dict[str, RunPreset] = {
+    name: RunPreset(model=name, policy="paper", train="paper") for name in ("paper-2d", "no-mlp", "full-posterior")
 }

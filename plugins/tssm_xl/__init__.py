@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from wmzoo.hookspecs import BackboneEntry, hookimpl
 
-from .model import PRESETS, TSSMXL, TSSMXLSpec, TSSMXLWorldModel
+from .model import PRESETS, RUN_PRESETS, TSSMXL, TSSMXLSpec, TSSMXLWorldModel
 from .transformer_xl import TransformerXL
 
 
@@ -22,12 +22,14 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             default_policy="dreamer",
             description="TSSM world model on a Transformer-XL (cache of m steps), trained segment by segment",
             paper="Deng et al. 2023 (s4wm) TSSM-XL, appendix D.2, tables 7-8; Chen et al. 2021 (TransDreamer); Dai et al. 2019",
+            run_presets=RUN_PRESETS,
         )
     ]
 
 
 __all__ = [
     "PRESETS",
+    "RUN_PRESETS",
     "TSSMXL",
     "TSSMXLSpec",
     "TSSMXLWorldModel",

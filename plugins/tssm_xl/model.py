@@ -38,6 +38,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import (
     Batch,
     Dynamics,
@@ -282,3 +283,9 @@ PRESETS: dict[str, TSSMXLSpec] = {
 # s4wm appendix B.2 / table 5: the cache-length ablation (m = 256, 512), segment length = m.
 PRESETS["paper-m256"] = PRESETS["paper"].model_copy(update={"cache_len": 256, "seq_len": 256, "start_stride": 16})
 PRESETS["paper-m512"] = PRESETS["paper"].model_copy(update={"cache_len": 512, "seq_len": 512, "start_stride": 32})
+
+# The world-model variants as run presets: each with the dreamer policy's and the trainer's
+# `paper` preset.
+RUN_PRESETS: dict[str, RunPreset] = {
+    name: RunPreset(model=name, policy="paper", train="paper") for name in ("paper-2d", "paper-m256", "paper-m512")
+}

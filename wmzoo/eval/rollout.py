@@ -17,7 +17,7 @@ import torch
 
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.registry import make_env
-from wmzoo.specs import RunSpec
+from wmzoo.config import load_run
 from wmzoo.train.agent import Agent
 from wmzoo.train.checkpoint import load_checkpoint
 
@@ -25,7 +25,7 @@ from wmzoo.train.checkpoint import load_checkpoint
 def load_agent(checkpoint: str | Path) -> Agent:
     """Rebuild the agent of a checkpoint (spec, env shapes, weights) without pickle."""
     tree = load_checkpoint(checkpoint)
-    run = RunSpec.model_validate(tree["run"])
+    run = load_run(tree["run"], f"checkpoint {checkpoint}")
     info = EnvInfo.from_dict(tree["env"])
     torch.manual_seed(run.seed)
     agent = Agent(run, info)

@@ -18,6 +18,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from wmzoo.errors import SpecError
 from wmzoo.interfaces import Decoder, Encoder
 
 
@@ -36,9 +37,10 @@ def _map_shape(obs_shape: tuple[int, int, int], depth: int, stages: int) -> tupl
     _, height, width = obs_shape
     factor = 2**stages
     if stages < 1 or height % factor or width % factor:
-        raise ValueError(
-            f"image {height}x{width} must be divisible by 2**stages = {factor} "
-            f"(stages={stages}); resize the observations or change the number of CNN stages"
+        most = max((s for s in range(1, 13) if not height % 2**s and not width % 2**s), default=0)
+        raise SpecError(
+            f"cnn_stages={stages}: a {height}x{width} image must be divisible by 2**stages = {factor}; "
+            + (f"use cnn_stages between 1 and {most}" if most else "resize the observations (train.image_size)")
         )
     return depth * 2 ** (stages - 1), height // factor, width // factor
 

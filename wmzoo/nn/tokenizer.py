@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 
-from wmzoo.errors import WmzooError
+from wmzoo.errors import SpecError, WmzooError
 from wmzoo.specs import OptimSpec, Spec
 
 # --------------------------------------------------------------------------- spec
@@ -148,7 +148,7 @@ def _levels(obs_shape: tuple[int, int, int], tokens_per_side: int) -> int:
     _, height, width = obs_shape
     ratio = height // tokens_per_side
     if height != width or height % tokens_per_side or ratio & (ratio - 1):
-        raise WmzooError(
+        raise SpecError(
             f"tokenizer: a {height}x{width} image cannot be cut into {tokens_per_side}x{tokens_per_side} "
             "tokens by halving; use square images whose side is tokens_per_side times a power of 2"
         )
@@ -304,7 +304,7 @@ class Tokenizer(nn.Module):
         self._perceptual: list[LPIPS] = []  # a list: not a submodule, not in the state dict
         if spec.perceptual_weight > 0:
             if spec.perceptual_weights is None:
-                raise WmzooError(
+                raise SpecError(
                     "tokenizer: perceptual_weight > 0 needs perceptual_weights, a local file of LPIPS "
                     "VGG16 weights (wmzoo cannot download them); or set perceptual_weight=0"
                 )

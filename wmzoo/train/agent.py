@@ -1,7 +1,8 @@
 """The agent: a backbone's world model, a policy, and the world model's optimizers.
 
-Built from a :class:`~wmzoo.specs.RunSpec` by name through the registry, so nothing here knows
-which backbone or policy it holds. This is what a checkpoint stores and restores.
+Built from a :class:`~wmzoo.specs.RunSpec` (whose model and policy specs are already validated)
+through the registry's build functions, so nothing here knows which backbone or policy it holds.
+This is what a checkpoint stores and restores.
 """
 
 from __future__ import annotations
@@ -14,23 +15,17 @@ from torch import nn
 
 from wmzoo.imagination import imagine
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
-from wmzoo.registry import default_registry
-from wmzoo.specs import RunSpec, validate
+from wmzoo.registry import build_policy, build_world_model
+from wmzoo.specs import RunSpec
 from wmzoo.train.optim import step_components, world_model_optimizers
 
 
 class Agent(nn.Module):
     def __init__(self, run: RunSpec, env: EnvInfo) -> None:
         super().__init__()
-        registry = default_registry()
-        backbone = registry.backbone(run.backbone)
-        policy_name = run.policy_name or backbone.default_policy
-        policy = registry.policy(policy_name)
-        self.run, self.env, self.policy_name = run, env, policy_name
-        self.world_model = backbone.build(validate(backbone.spec, run.model, "model"), env)
-        self.policy = policy.build(
-            validate(policy.spec, run.policy, "policy"), self.world_model.feature_shape, env
-        )
+        self.run, self.env, self.policy_name = run, env, run.policy_name
+        self.world_model = build_world_model(run.backbone, run.model, env)
+        self.policy = build_policy(run.policy_name, run.policy, self.world_model.feature_shape, env)
         self.optimizers = world_model_optimizers(self.world_model.components())
         self.device = torch.device(run.train.device)
         self.to(self.device)
@@ -48,21 +43,17 @@ class Agent(nn.Module):
 
     def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:
         """Imagine from the batch's start states and let the policy learn from it."""
-        start, cont, context, first = out.start, out.start_cont, out.context, out.context_first
-        actions = out.context_action
+        start, cont, context = out.start, out.start_cont, out.burn_in
         limit = self.policy.spec.max_starts
         n = cont.shape[0]
         if limit and n > limit:
             keep = torch.randperm(n, generator=generator)[:limit].to(cont.device)
             start, cont = index_state(start, keep), cont[keep]
-            if context is not None and first is not None:
-                context, first = context[keep], first[keep]
-                actions = None if actions is None else actions[keep]
+            context = None if context is None else context.index(keep)
         pstate = None
-        if context is not None and first is not None:
+        if context is not None:
             with torch.no_grad():
-                extra = {} if actions is None else {"actions": actions}
-                pstate = self.policy.burn_in(context, first, **extra)
+                pstate = self.policy.burn_in(context)
         self.world_model.eval()
         trajectory = imagine(
             self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont,

@@ -118,8 +118,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     progress = Progress()
     if resume:
         progress = _restore(agent, logdir)
-    else:
-        _write_run_spec(logdir, run)
+    _write_run_spec(logdir, run, resume)
     write_env_info(logdir / "replay", info)
     replay = Replay(
         logdir / "replay", capacity=T.replay_capacity, chunk_size=T.replay_chunk,
@@ -305,9 +304,11 @@ def write_env_info(directory: Path, info: EnvInfo) -> None:
     write_text_atomic(directory / ENV_INFO, json.dumps(asdict(info)))
 
 
-def _write_run_spec(logdir: Path, run: RunSpec) -> None:
+def _write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
+    """``run.yaml`` of a new run (refused over an existing run), or of a resumed one (its
+    ``--set`` changes kept for the next resume)."""
     logdir.mkdir(parents=True, exist_ok=True)
-    if (logdir / CHECKPOINT).exists():
+    if not resume and (logdir / CHECKPOINT).exists():
         raise WmzooError(
             f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
         )

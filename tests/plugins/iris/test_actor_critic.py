@@ -8,7 +8,7 @@ import torch
 
 from wmzoo.agents.returns import lambda_returns
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import EnvInfo, Trajectory
+from wmzoo.interfaces import BurnIn, EnvInfo, Trajectory
 from wmzoo_plugins.iris import POLICY_PRESETS, IrisActorCritic, IrisActorCriticSpec
 
 ENV = EnvInfo(name="t", obs_shape=(3, 32, 32), num_actions=4)
@@ -45,14 +45,14 @@ def test_burn_in_resets_at_episode_starts() -> None:
     ctx = torch.rand(2, 3, *ENV.obs_shape)
     first = torch.zeros(2, 4, dtype=torch.bool)
     first[1, 2] = True  # row 1: a new episode starts at the third context frame
-    state = policy.burn_in(ctx, first)
+    state = policy.burn_in(BurnIn(ctx, first))
     # row 1 equals a burn-in over its last context frame alone
-    alone = policy.burn_in(ctx[1:, 2:], torch.zeros(1, 2, dtype=torch.bool))
+    alone = policy.burn_in(BurnIn(ctx[1:, 2:], torch.zeros(1, 2, dtype=torch.bool)))
     torch.testing.assert_close(state["h"][1:], alone["h"])
-    assert not torch.allclose(state["h"][:1], policy.burn_in(ctx[:1, 2:], torch.zeros(1, 2, dtype=torch.bool))["h"])
+    assert not torch.allclose(state["h"][:1], policy.burn_in(BurnIn(ctx[:1, 2:], torch.zeros(1, 2, dtype=torch.bool)))["h"])
     # a start that is itself an episode start gets the initial state
     first[0, -1] = True
-    assert policy.burn_in(ctx, first)["h"][0].abs().sum() == 0
+    assert policy.burn_in(BurnIn(ctx, first))["h"][0].abs().sum() == 0
 
 
 def test_losses_match_reinforce_with_baseline_by_hand() -> None:
@@ -118,9 +118,9 @@ def test_agent_burns_in_the_policy_on_the_world_models_context(monkeypatch) -> N
     seen = []
     original = agent.policy.burn_in
 
-    def spy(features: torch.Tensor, first: torch.Tensor):
-        seen.append((tuple(features.shape), tuple(first.shape)))
-        return original(features, first)
+    def spy(context: BurnIn):
+        seen.append((tuple(context.features.shape), tuple(context.is_first.shape)))
+        return original(context)
 
     monkeypatch.setattr(agent.policy, "burn_in", spy)
     out = agent.train_world_model(synthetic_batch(ENV, 2, 8, torch.device("cpu")))

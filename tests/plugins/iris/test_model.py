@@ -112,8 +112,8 @@ def test_world_model_loss_terms_and_schedule() -> None:
     assert any(p.grad is not None for p in wm.transformer.parameters())
     # starts: one per row, at its last frame; burn-in context of 2 frames before it
     assert out.start["tokens"].shape == (2, wm.K) and out.start_cont.shape == (2,)
-    assert out.context is not None and out.context.shape == (2, 2, *ENV.obs_shape)
-    assert out.context_first is not None and out.context_first.shape == (2, 3)
+    assert out.burn_in is not None and out.burn_in.features.shape == (2, 2, *ENV.obs_shape)
+    assert out.burn_in.is_first.shape == (2, 3)
     assert int(out.start["length"][0]) == wm.K
 
 

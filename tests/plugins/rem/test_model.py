@@ -101,13 +101,13 @@ def test_start_states_hold_two_real_frames():
             torch.testing.assert_close(start["retnet"][n], expected, atol=1e-5, rtol=1e-4)
     assert out.start_cont.shape == (10,)
     # C starts from the same block: its code vectors and action, reset where it is not in t's episode
-    assert out.context.shape == (10, 1, *wm.feature_shape) and out.context_action.shape == (10, 1)
+    assert out.burn_in.features.shape == (10, 1, *wm.feature_shape) and out.burn_in.actions.shape == (10, 1)
     for b, t in [(0, 1), (0, 2), (0, 3), (1, 0), (1, 4)]:
         n, inside = b * 5 + t, t > 0 and not bool(batch.is_first[b, t])
-        assert out.context_first[n].tolist() == ([True, False] if inside else [False, True])
+        assert out.burn_in.is_first[n].tolist() == ([True, False] if inside else [False, True])
         if inside:
-            torch.testing.assert_close(out.context[n, 0], wm.features({"tokens": tokens[b, t - 1][None]})[0])
-            assert out.context_action[n, 0] == batch.action[b, t - 1]
+            torch.testing.assert_close(out.burn_in.features[n, 0], wm.features({"tokens": tokens[b, t - 1][None]})[0])
+            assert out.burn_in.actions[n, 0] == batch.action[b, t - 1]
 
 
 def test_world_model_start_counter_and_frozen_shared_embeddings():

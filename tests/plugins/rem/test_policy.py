@@ -8,7 +8,7 @@ import torch
 
 from wmzoo.agents.returns import lambda_returns
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import EnvInfo, Trajectory
+from wmzoo.interfaces import BurnIn, EnvInfo, Trajectory
 from wmzoo.registry import default_registry
 from wmzoo_plugins.rem import POLICY_PRESETS, REMActorCritic
 
@@ -120,9 +120,9 @@ def test_burn_in_reads_the_context_frame_and_its_action_then_resets_as_told():
     actions = torch.tensor([[0], [1], [1]])
     first = torch.tensor([[True, False], [True, False], [False, True]])
     with torch.no_grad():
-        state = policy.burn_in(features, first, actions)
+        state = policy.burn_in(BurnIn(features, first, actions))
         expected = policy._after_action(actions[:, 0], policy._observe(policy.encoder(features[:, 0]), policy.initial_state(3)))
-        without = policy.burn_in(features, first)
+        without = policy.burn_in(BurnIn(features, first))
     torch.testing.assert_close(state["h"][:2], expected["h"][:2])
     assert state["h"][2].abs().sum() == 0  # the start is reset: its context lies in another episode
     assert not torch.allclose(state["h"][0], state["h"][1])  # the action is read
