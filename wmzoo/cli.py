@@ -326,20 +326,26 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 def cmd_spec(args: argparse.Namespace) -> int:
     import yaml
 
-    from wmzoo.config import run_spec
+    from wmzoo.config import run_presets, run_spec
     from wmzoo.registry import default_registry
-    from wmzoo.specs import TrainSpec, field_help
+    from wmzoo.specs import RESUMABLE_TRAIN_FIELDS, TrainSpec, field_help
 
     run = run_spec(args.backbone, None, args.preset, args.policy, None, None, args.overrides)
     print(yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False).rstrip())
     registry = default_registry()
-    print("\n# fields (--set KEY=VALUE):")
-    for line in field_help(registry.backbone(run.backbone).spec, "model."):
+    entry = registry.backbone(run.backbone)
+    print(f"\n# run presets of {run.backbone} (--preset NAME: world model / policy / trainer presets):")
+    for name, combo in sorted(run_presets(entry).items()):
+        schedule = f", trainer changes {dict(combo.schedule)}" if combo.schedule else ""
+        print(f"#   {name}: {combo.model} / {combo.policy} / {combo.train}{schedule}")
+    print("\n# fields (--set KEY=VALUE; * may change on --resume):")
+    for line in field_help(entry.spec, "model."):
         print(f"#   {line}")
     for line in field_help(registry.policy(run.policy_name).spec, "policy."):
         print(f"#   {line}")
+    resumable = {f"train.{name}" for name in RESUMABLE_TRAIN_FIELDS}
     for line in field_help(TrainSpec, "train."):
-        print(f"#   {line}")
+        print(f"# {'*' if line.split(' ', 1)[0] in resumable else ' '} {line}")
     return 0
 
 

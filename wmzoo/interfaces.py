@@ -142,7 +142,7 @@ class Step:
 
     state: State
     reward: Tensor  # [B] predicted reward of the action just taken
-    cont: Tensor  # [B] predicted probability that the episode continues, in [0, 1]
+    cont: Tensor  # [B] a probability in [0, 1] that the episode continues (not a logit, not a sample)
     features: Tensor  # [B, *feature_shape] what the policy reads in the new state
 
 
@@ -233,14 +233,25 @@ class Dynamics(nn.Module, ABC):
 
 
 class WorldModel(nn.Module, ABC):
-    """A backbone's world model: everything the trainer, imagination engine and bench call."""
+    """A backbone's world model: everything the trainer, imagination engine and bench call.
+
+    Besides the methods below, the core reads four attributes; set the first three in
+    ``__init__`` (``wmzoo.registry.build_world_model`` checks them after every build):
+
+    - ``spec``: the validated spec it was built from (the trainer samples batches of
+      ``spec.batch_size`` × ``spec.seq_len``);
+    - ``env``: the :class:`EnvInfo` it was built for;
+    - ``feature_shape``: the shape of one row of :meth:`features` (a tuple of positive ints),
+      which policies are built for;
+    - ``stateful_training``: a class attribute, true when training carries the state across
+      consecutive segments (truncated BPTT): the trainer then streams consecutive segments per
+      batch row and passes ``carry`` back.
+    """
 
     spec: WorldModelSpec
     env: EnvInfo
     feature_shape: tuple[int, ...]
     stateful_training: bool = False
-    """True when training carries the state across consecutive segments (truncated BPTT):
-    the trainer then streams consecutive segments per batch row and passes ``carry`` back."""
 
     @abstractmethod
     def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
@@ -258,7 +269,9 @@ class WorldModel(nn.Module, ABC):
     def observe_step(
         self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor
     ) -> State:
-        """Filter one real step: ``obs`` uint8 ``[B, C, H, W]`` after ``prev_action``."""
+        """Filter one real step: ``obs`` uint8 ``[B, C, H, W]`` after ``prev_action``. Where
+        ``is_first`` (an episode's first observation) ``prev_action`` is zeros (action 0 for
+        discrete actions) and the state must be reset before use."""
 
     @abstractmethod
     def imagine_step(self, state: State, action: Tensor) -> Step:

@@ -35,7 +35,7 @@ import torch
 from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, map_state
-from wmzoo.registry import default_registry, env_info, make_env, world_model_spec
+from wmzoo.registry import build_world_model, env_info, make_env, world_model_spec
 from wmzoo.train.checkpoint import write_text_atomic
 from wmzoo.train.optim import step_components, world_model_optimizers
 
@@ -160,7 +160,6 @@ def run_bench(
     if mode not in ("train", "imagine"):
         raise WmzooError(f"--mode {mode!r}: choose train or imagine")
     items = parse_backbones(backbones, preset)
-    registry = default_registry()
     for _, name, p in items:  # fail on any bad name before measuring anything
         world_model_spec(name, p)
     info = bench_env(env)
@@ -169,7 +168,7 @@ def run_bench(
     for label, name, p in items:
         torch.manual_seed(0)
         spec = world_model_spec(name, p)
-        wm = registry.backbone(name).build(spec, info).to(dev)
+        wm = build_world_model(name, spec, info).to(dev)
         params = sum(x.numel() for x in wm.parameters())
         data = synthetic_batch(info, batch, seq_len, dev)
         step = _train_step(wm, data) if mode == "train" else _imagine_step(wm, data, horizon, info, decode)

@@ -1,4 +1,20 @@
-"""Building blocks shared by several backbones and policies (each lives here once)."""
+"""Building blocks shared by several backbones and policies (each lives here once).
+
+A plugin imports what it builds from here (``from wmzoo.nn import ConvEncoder, Tokenizer``):
+
+- pixels: :class:`ConvEncoder` / :class:`ConvDecoder` (DreamerV3's CNN) and :func:`recon_loss`;
+- latent-state backbones: :class:`CategoricalLatent` with :func:`kl_loss` (KL balancing, free
+  bits), :class:`LatentWorldModelSpec` and :class:`LatentWorldModel` (encoder → your dynamics →
+  decoder + heads) with :func:`latent_objective`;
+- token backbones: the VQ :class:`Tokenizer` (:class:`TokenizerSpec`) and
+  :func:`next_token_accuracy`; a GPT (:class:`CausalTransformer` with a :class:`KVCache`,
+  :func:`init_gpt_weights`); a RetNet (:class:`RetNet`, :class:`RetNetSpec`: parallel, recurrent
+  and chunkwise retention);
+- heads and targets: :class:`RewardContinueHeads` (two-hot reward, continue), :func:`encode_action`,
+  :func:`reward_cont_targets`, :func:`start_conts`, :func:`masked_mean`;
+- distributions and layers: :class:`TwoHot`, :func:`symlog` / :func:`symexp`,
+  :class:`OneHotCategoricalST`, :func:`unimix_logits`, :class:`MLP`, :class:`NormedLinear`.
+"""
 
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.distributions import (
@@ -8,26 +24,43 @@ from wmzoo.nn.distributions import (
     symlog,
     unimix_logits,
 )
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, reward_cont_targets, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
+from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.specs import LatentWorldModelSpec
+from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
+from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
 from wmzoo.nn.world_model import LatentWorldModel, latent_objective
 
 __all__ = [
     "MLP",
     "CategoricalLatent",
+    "CausalTransformer",
     "ConvDecoder",
     "ConvEncoder",
     "KLSpec",
+    "KVCache",
     "LatentWorldModel",
     "LatentWorldModelSpec",
     "NormedLinear",
     "OneHotCategoricalST",
+    "RetNet",
+    "RetNetSpec",
+    "RewardContinueHeads",
+    "Tokenizer",
+    "TokenizerSpec",
     "TwoHot",
+    "encode_action",
+    "init_gpt_weights",
     "kl_loss",
     "latent_objective",
+    "masked_mean",
+    "next_token_accuracy",
     "recon_loss",
+    "reward_cont_targets",
     "sample_latent",
+    "start_conts",
     "symexp",
     "symlog",
     "unimix_logits",
