@@ -21,9 +21,17 @@ from torch import Tensor, nn
 from wmzoo.interfaces import (
     Batch, EnvInfo, State, Step, TrainOutput, WorldModel, detach_state, flatten_state, reset_state,
 )
-from wmzoo.nn import MLP, NormedLinear
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
-from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
+from wmzoo.nn import (
+    MLP,
+    ConvDecoder,
+    ConvEncoder,
+    NormedLinear,
+    RewardContinueHeads,
+    encode_action,
+    masked_mean,
+    recon_loss,
+    start_conts,
+)
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
 
