@@ -214,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from wmzoo.eval.rollout import evaluate, load_agent, summarize
-    from wmzoo.train.checkpoint import write_text_atomic
+    from wmzoo.atomic import write_text_atomic
 
     if args.episodes < 1 or args.max_steps < 1:
         raise WmzooError("--episodes and --max-steps must be at least 1")
@@ -294,7 +294,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
     from wmzoo.eval.metrics import aggregate_eval_files, format_aggregate
-    from wmzoo.train.checkpoint import write_text_atomic
+    from wmzoo.atomic import write_text_atomic
 
     if args.reps < 1:
         raise WmzooError("--reps must be at least 1")

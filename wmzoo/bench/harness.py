@@ -32,11 +32,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from wmzoo.atomic import write_text_atomic
 from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, map_state
 from wmzoo.registry import default_registry, env_info, make_env, world_model_spec
-from wmzoo.train.checkpoint import write_text_atomic
 from wmzoo.train.optim import step_components, world_model_optimizers
 
 Mode = Literal["train", "imagine"]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
-import os
 import signal
 import time
 import warnings
@@ -43,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from wmzoo.data.store import FIELDS, TMP_SUFFIX, ChunkName, read_chunk
+from wmzoo.atomic import TMP_SUFFIX, atomic_path, write_text_atomic
+from wmzoo.data.store import FIELDS, ChunkName, read_chunk
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import EnvInfo
 
@@ -196,19 +196,15 @@ def _numeric(value: Any) -> bool:
 def write_episode(path: Path, data: dict[str, np.ndarray]) -> str:
     """Write ``data`` as an ``.npz`` chunk atomically (deflated members with fixed timestamps, so
     equal data gives equal bytes) and return the file's sha256."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
     keys = [*FIELDS, *sorted(k for k in data if k not in FIELDS)]
-    with open(tmp, "wb") as f:
-        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as archive:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as archive:
             for key in keys:
                 member = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
                 member.compress_type = zipfile.ZIP_DEFLATED
                 with archive.open(member, "w", force_zip64=True) as out:
                     np.lib.format.write_array(out, np.ascontiguousarray(data[key]), allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
-    digest = sha256(tmp)
-    os.replace(tmp, path)
+        digest = sha256(tmp)
     return digest
 
 
@@ -297,8 +293,6 @@ class Manifest:
             raise WmzooError(f"{path} is corrupt ({type(exc).__name__}: {exc}); regenerate the dataset") from None
 
     def write(self, root: Path) -> None:
-        from wmzoo.train.checkpoint import write_text_atomic
-
         write_text_atomic(root / MANIFEST, self.to_json())
 
 

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
+from wmzoo.atomic import atomic_path, write_text_atomic
 from wmzoo.data.generate import Manifest, iter_episodes, load_episodes
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.imagination import imagine, replay_actions
@@ -331,7 +332,6 @@ def evaluate_memory(
     ``<out>/<protocol>.json`` (and a PNG curve for imagination and recall) and returns the
     results."""
     from wmzoo.eval.rollout import load_agent
-    from wmzoo.train.checkpoint import write_text_atomic
 
     if protocol not in PROTOCOLS:
         raise WmzooError(f"unknown protocol '{protocol}'; expected one of {', '.join(PROTOCOLS)}")
@@ -405,10 +405,7 @@ def summary(results: dict[str, Any]) -> list[str]:
 def line_plot(path: str | Path, x: Sequence[float], y: Sequence[float], xlabel: str, ylabel: str,
               width: int = 640, height: int = 400) -> Path:
     """A line chart as a PNG (PIL only; matplotlib is not a dependency), written atomically."""
-    import os
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
     left, right, top, bottom = 70, width - 20, 20, height - 50
@@ -437,7 +434,6 @@ def line_plot(path: str | Path, x: Sequence[float], y: Sequence[float], xlabel: 
         draw.ellipse([px - 2, py - 2, px + 2, py + 2], fill=(30, 90, 200))
     draw.text(((left + right) // 2 - 60, height - 22), xlabel, fill="black")
     draw.text((left + 5, 2), ylabel, fill="black")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    image.save(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG")
     return path

@@ -29,6 +29,7 @@ import yaml
 from gymnasium.vector import VectorEnv
 from tqdm import tqdm
 
+from wmzoo.atomic import write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.generate import training_dir
 from wmzoo.envs.vector import action_samplers, make_vector_env, vector_env_info
@@ -37,7 +38,7 @@ from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, reset_state
 from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
-from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint, write_text_atomic
+from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from wmzoo.train.logger import Logger, strip, write_rollout
 
 CHECKPOINT = "checkpoint.safetensors"
