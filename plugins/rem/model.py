@@ -117,7 +117,7 @@ class REMWorldModel(WorldModel):
         self.end_head = _head(d, 1)  # 2-class cross-entropy as one logit
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
         # as the official code: M's weight decay skips biases, norms and embeddings (read by
-        # wmzoo.train.optim.adamw); only Linear weights decay
+        # wmzoo.optim.adamw); only Linear weights decay
         for name, p in self.named_parameters():
             if not name.startswith("tokenizer.") and not (name.endswith("weight") and p.dim() == 2
                                                        and "embed" not in name):

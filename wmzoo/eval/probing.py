@@ -55,8 +55,8 @@ from wmzoo.data.store import FIELDS
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import WorldModel
 from wmzoo.nn import MLP
+from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, Spec
-from wmzoo.train.optim import Optimizer
 
 if TYPE_CHECKING:
     from wmzoo.train.agent import Agent

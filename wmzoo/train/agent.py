@@ -14,9 +14,9 @@ from torch import nn
 
 from wmzoo.imagination import imagine
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
+from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import default_registry
 from wmzoo.specs import RunSpec, validate
-from wmzoo.train.optim import step_components, world_model_optimizers
 
 
 class Agent(nn.Module):
