@@ -16,17 +16,9 @@ from wmzoo.atomic import temporary_path
 from wmzoo.cli import main
 from wmzoo.data import Replay
 from wmzoo.data import generate as gen
-from wmzoo.data.generate import (
-    MANIFEST,
-    Manifest,
-    generate,
-    iter_episodes,
-    parse_split,
-    sha256,
-    split_counts,
-    split_of,
-    training_dir,
-)
+from wmzoo.data.dataset import MANIFEST, Manifest, iter_episodes, sha256, training_dir
+from wmzoo.data.generate import generate
+from wmzoo.data.splits import parse_split, split_counts, split_of
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
 from wmzoo.registry import default_registry

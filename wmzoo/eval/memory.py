@@ -45,7 +45,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from wmzoo.atomic import atomic_path, write_text_atomic
-from wmzoo.data.generate import Manifest, iter_episodes, load_episodes
+from wmzoo.data.dataset import Manifest, iter_episodes, load_episodes
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.imagination import imagine, replay_actions
 from wmzoo.interfaces import Batch, State, WorldModel

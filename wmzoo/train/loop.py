@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from wmzoo.atomic import write_text_atomic
 from wmzoo.data import Replay
-from wmzoo.data.generate import training_dir
+from wmzoo.data.dataset import recorded_env_info, training_dir, write_env_info
 from wmzoo.envs.vector import action_samplers, make_vector_env, vector_env_info
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, reset_state
@@ -43,7 +43,6 @@ from wmzoo.train.logger import Logger, strip, write_rollout
 
 CHECKPOINT = "checkpoint.safetensors"
 GIF = "imagination.gif"
-ENV_INFO = "env.json"
 
 
 @dataclass
@@ -283,13 +282,6 @@ def _checkpoint_tree(agent: Agent, progress: Progress) -> dict[str, Any]:
             **agent.state_tree()}
 
 
-def recorded_env_info(data: str | Path) -> EnvInfo | None:
-    """The env of recorded episodes (``env.json`` of a dataset's train split or of a run's
-    replay folder), or ``None`` when the recorder wrote none."""
-    meta = training_dir(data) / ENV_INFO
-    return EnvInfo.from_dict(json.loads(meta.read_text())) if meta.is_file() else None
-
-
 def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
     """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
     info = recorded_env_info(data)
@@ -300,10 +292,6 @@ def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
         return env_info(env, run.env)
     finally:
         env.close()
-
-
-def write_env_info(directory: Path, info: EnvInfo) -> None:
-    write_text_atomic(directory / ENV_INFO, json.dumps(asdict(info)))
 
 
 def _write_run_spec(logdir: Path, run: RunSpec) -> None:
