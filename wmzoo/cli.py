@@ -247,7 +247,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_imagine(args: argparse.Namespace) -> int:
     from wmzoo.eval.rollout import load_agent, play_episode
     from wmzoo.train.logger import write_rollout
-    from wmzoo.train.loop import imagine_open_loop
+    from wmzoo.train.rundir import imagine_open_loop
 
     if not args.out.lower().endswith((".gif", ".png")):
         raise WmzooError(f"--out {args.out}: the file must end in .gif or .png")
