@@ -1,8 +1,8 @@
 """REM: a retentive token world model with Parallel Observation Prediction (POP).
 
 Paper:
-    Cohen, Kaufmann, Mannor, "Improving Token-Based World Models with Parallel Observation
-    Prediction", 2024 (``rem-parallel-observation-prediction``): section 2 (V-M-C, eq. 1-3),
+    Cohen, Wang, Kang, Mannor, "Improving Token-Based World Models with Parallel Observation
+    Prediction", 2024 (arXiv:2402.05643): section 2 (V-M-C, eq. 1-3),
     2.2 (chunkwise retention, eq. 4-5), 2.3 (POP imagination, figure 4), 2.4 (POP training,
     eq. 6-7, algorithms 1-2, figure 6), appendix A.1 (tables 2, 3, 7), A.2 (algorithms 3-7).
 
