@@ -80,12 +80,3 @@ def test_corrupt_checkpoints_raise_one_line(tmp_path, damage):
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(WmzooError, match="no such file"):
         load_checkpoint(tmp_path / "nope.safetensors")
-
-
-def test_write_text_atomic_replaces_and_leaves_no_temp(tmp_path):
-    from wmzoo.train.checkpoint import write_text_atomic
-
-    path = write_text_atomic(tmp_path / "sub" / "run.yaml", "a: 1\n")
-    write_text_atomic(path, "a: 2\n")
-    assert path.read_text() == "a: 2\n"
-    assert sorted(p.name for p in path.parent.iterdir()) == ["run.yaml"]

@@ -190,7 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     env = args.env
     if args.offline and env is None:  # the recorded env, so eval and imagine use the same one
-        from wmzoo.train.loop import recorded_env_info
+        from wmzoo.data.dataset import recorded_env_info
 
         recorded = recorded_env_info(args.offline)
         env = recorded.name if recorded is not None else None
@@ -230,8 +230,8 @@ def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpe
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from wmzoo.atomic import write_text_atomic
     from wmzoo.eval.rollout import evaluate, load_agent, summarize
-    from wmzoo.train.checkpoint import write_text_atomic
 
     if args.episodes < 1 or args.max_steps < 1:
         raise WmzooError("--episodes and --max-steps must be at least 1")
@@ -264,7 +264,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_imagine(args: argparse.Namespace) -> int:
     from wmzoo.eval.rollout import load_agent, play_episode
     from wmzoo.train.logger import write_rollout
-    from wmzoo.train.loop import imagine_open_loop
+    from wmzoo.train.rundir import imagine_open_loop
 
     if not args.out.lower().endswith((".gif", ".png")):
         raise WmzooError(f"--out {args.out}: the file must end in .gif or .png")
@@ -310,8 +310,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
+    from wmzoo.atomic import write_text_atomic
     from wmzoo.eval.metrics import aggregate_eval_files, format_aggregate
-    from wmzoo.train.checkpoint import write_text_atomic
 
     if args.reps < 1:
         raise WmzooError("--reps must be at least 1")
@@ -350,7 +350,8 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from wmzoo.data.generate import generate, parse_split
+    from wmzoo.data.generate import generate
+    from wmzoo.data.splits import parse_split
 
     generate(args.env, args.episodes, args.out, workers=args.workers, size=args.size,
              seed=args.seed, split=parse_split(args.split))

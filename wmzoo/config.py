@@ -132,9 +132,9 @@ def resume_spec(
     for key, value, text in _items(overrides):
         section, _, field = key.partition(".")
         if section != "train" or field not in RESUMABLE_TRAIN_FIELDS:
-            what = "unknown field" if not _known(run, key) else "cannot change on --resume"
+            what = "cannot change on --resume (the checkpoint fixes it)" if _known(run, key) else "unknown field"
             raise WmzooError(
-                f"--set {text}: {what} (the checkpoint fixes it); on resume only "
+                f"--set {text}: {what}; on resume only "
                 f"{', '.join('train.' + f for f in RESUMABLE_TRAIN_FIELDS)} may change"
             )
         train[field] = value

@@ -1,4 +1,4 @@
-"""The one generic imagination engine (DESIGN.md property 2).
+"""The one generic imagination engine (docs/architecture.md, "Imagination engine").
 
 ``imagine`` is the only loop over imagined steps in wmzoo. It owns the horizon, the carried
 world-model and policy states, and termination masking; the backbone supplies one step

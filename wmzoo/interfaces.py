@@ -1,7 +1,7 @@
 """The contract between wmzoo's core and every backbone and policy.
 
-Data conventions (DESIGN.md): a batch holds sequences ``obs`` uint8 ``[B, T, C, H, W]``,
-``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
+Data conventions (docs/architecture.md, "Alignment"): a batch holds sequences ``obs`` uint8
+``[B, T, C, H, W]``, ``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
 ``terminal`` bool ``[B, T]`` and ``is_first`` bool ``[B, T]``. ``action[t]`` is taken after
 seeing ``obs[t]``; ``reward[t]`` and ``terminal[t]`` result from it. An episode of ``n`` steps is
 stored as ``n + 1`` rows: the last row holds the final observation with a zero action, zero reward

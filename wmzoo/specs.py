@@ -28,7 +28,7 @@ class Spec(BaseModel):
 
 class OptimSpec(Spec):
     """AdamW with global-norm gradient clipping, optional linear warm-up, then a constant or a
-    cosine-annealed learning rate (see :func:`wmzoo.train.optim.learning_rate`)."""
+    cosine-annealed learning rate (see :func:`wmzoo.optim.learning_rate`)."""
 
     lr: float = Field(1e-4, gt=0, le=1, description="learning rate")
     eps: float = Field(1e-8, gt=0, le=1, description="Adam epsilon")

@@ -19,9 +19,9 @@ from wmzoo.bench.harness import synthetic_batch
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import EnvInfo, State, TrainOutput, WorldModel
 from wmzoo.config import run_presets
+from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import build_world_model, default_registry, world_model_spec
 from wmzoo.specs import TRAIN_PRESETS, TrainSpec, merge
-from wmzoo.train.optim import step_components, world_model_optimizers
 
 CHECK_ENV = EnvInfo(name="check-32x32", obs_shape=(3, 32, 32), num_actions=4)
 

@@ -3,7 +3,7 @@
 Paper:
     Micheli, Alonso, Fleuret, "Transformers are Sample-Efficient World Models" (IRIS), ICLR 2023,
         section 2 (equations 1–3), appendix A (tokenizer), B (transformer) and its code
-        (eloialonso/iris, summarised in docs' token-family notes).
+        (github.com/eloialonso/iris).
     Cohen et al. 2024 (REM), appendix A: tables 2, 3, 4, 7 for the ``rem-config`` preset ("IRIS with
         REM's configurations", appendix A.4, figure 11).
 

@@ -23,7 +23,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             default_policy="rem-ac",
             description="REM: VQ-VAE tokens, RetNet world model with Parallel Observation Prediction "
             "(2 world-model calls per imagined step)",
-            paper="Cohen, Kaufmann, Mannor 2024 (REM), section 2, algorithms 1-7, tables 2-7",
+            paper="Cohen, Wang, Kang, Mannor 2024 (REM), section 2, algorithms 1-7, tables 2-7",
             run_presets=RUN_PRESETS,
         )
     ]

@@ -1,8 +1,8 @@
 """REM: a retentive token world model with Parallel Observation Prediction (POP).
 
 Paper:
-    Cohen, Kaufmann, Mannor, "Improving Token-Based World Models with Parallel Observation
-    Prediction", 2024 (``rem-parallel-observation-prediction``): section 2 (V-M-C, eq. 1-3),
+    Cohen, Wang, Kang, Mannor, "Improving Token-Based World Models with Parallel Observation
+    Prediction", 2024 (arXiv:2402.05643): section 2 (V-M-C, eq. 1-3),
     2.2 (chunkwise retention, eq. 4-5), 2.3 (POP imagination, figure 4), 2.4 (POP training,
     eq. 6-7, algorithms 1-2, figure 6), appendix A.1 (tables 2, 3, 7), A.2 (algorithms 3-7).
 
@@ -118,7 +118,7 @@ class REMWorldModel(WorldModel):
         self.end_head = _head(d, 1)  # 2-class cross-entropy as one logit
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
         # as the official code: M's weight decay skips biases, norms and embeddings (read by
-        # wmzoo.train.optim.adamw); only Linear weights decay
+        # wmzoo.optim.adamw); only Linear weights decay
         for name, p in self.named_parameters():
             if not name.startswith("tokenizer.") and not (name.endswith("weight") and p.dim() == 2
                                                        and "embed" not in name):

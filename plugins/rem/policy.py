@@ -33,8 +33,8 @@ from torch.distributions import Categorical
 from wmzoo.agents.returns import reinforce_losses
 from wmzoo.errors import SpecError
 from wmzoo.interfaces import BurnIn, EnvInfo, Policy, State, Trajectory, reset_state
+from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
-from wmzoo.train.optim import Optimizer
 
 # --------------------------------------------------------------------------- spec
 

@@ -12,20 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from memory_fakes import CONTEXT, QUERY, FakeEnvs
 
+from wmzoo.atomic import temporary_path
 from wmzoo.cli import main
 from wmzoo.data import Replay
 from wmzoo.data import generate as gen
-from wmzoo.data.generate import (
-    MANIFEST,
-    Manifest,
-    generate,
-    iter_episodes,
-    parse_split,
-    sha256,
-    split_counts,
-    split_of,
-    training_dir,
-)
+from wmzoo.data.dataset import MANIFEST, Manifest, iter_episodes, sha256, training_dir
+from wmzoo.data.generate import generate
+from wmzoo.data.splits import parse_split, split_counts, split_of
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
 from wmzoo.registry import default_registry
@@ -135,6 +128,14 @@ def test_an_interrupted_run_resumes_and_leaves_no_partial_episode(tmp_path, monk
     assert any("generating 5 of 10" in line for line in lines)
     assert checksums(root) == checksums(tmp_path / "whole")
     assert not any(p.name.endswith(".tmp") for p in root.rglob("*"))
+
+
+def test_a_leftover_of_an_atomic_write_is_removed_on_the_next_run(tmp_path):
+    generate("fake-memory", 4, tmp_path, size=16, log=quiet)
+    leftover = temporary_path(tmp_path / Manifest.read(tmp_path).files[0].file)
+    leftover.write_bytes(b"PK\x03\x04 partial")
+    generate("fake-memory", 4, tmp_path, size=16, log=quiet)
+    assert not leftover.exists()
 
 
 def test_an_interrupted_pool_stops_its_workers_and_resumes(tmp_path, monkeypatch):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from wmzoo.data import Replay
-from wmzoo.data.generate import Manifest, generate, iter_episodes
+from wmzoo.data.dataset import Manifest, iter_episodes
+from wmzoo.data.generate import generate
 
 PHASES = {  # env -> (context, query) observations, s4wm section 5
     "distracting-memory-100": (199, 51),

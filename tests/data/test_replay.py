@@ -20,6 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wmzoo.atomic import temporary_path
 from wmzoo.data import Replay
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
@@ -389,6 +390,17 @@ def test_leftover_temporary_files_are_ignored_and_removed(tmp_path):
         warnings.simplefilter("error")
         assert len(Replay.load(tmp_path)) == 8
         assert leftover.exists()  # read-only leaves the directory alone
+        assert len(Replay(tmp_path, 1000, chunk_size=4)) == 8
+    assert not leftover.exists()
+
+
+def test_an_interrupted_atomic_write_is_a_leftover_too(tmp_path):
+    replay = Replay(tmp_path, 1000, chunk_size=4)
+    Feed().add(replay, 0, tag=0, n=8)
+    leftover = temporary_path(tmp_path / chunk_names(tmp_path)[0].filename)
+    leftover.write_bytes(b"PK\x03\x04 interrupted")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert len(Replay(tmp_path, 1000, chunk_size=4)) == 8
     assert not leftover.exists()
 

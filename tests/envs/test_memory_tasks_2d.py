@@ -12,7 +12,7 @@ pytest.importorskip("minigrid")
 
 from minigrid.core.world_object import Door, Key, Wall  # noqa: E402
 
-from wmzoo.data.generate import record_episode  # noqa: E402
+from wmzoo.data.record import record_episode  # noqa: E402
 from wmzoo.envs import memory_tasks_2d as tasks  # noqa: E402
 from wmzoo.envs.memory_tasks_2d import DOWN, LEFT, PICKUP, RIGHT, UNLOCK, UP, WAIT  # noqa: E402
 from wmzoo.envs.scripted import scripted_task  # noqa: E402

@@ -19,19 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wmzoo.envs.memory_tasks_3d import (
-    FORWARD,
-    LAYOUTS,
-    LEFT,
-    NAMES,
-    OBJECTS_PER_ROOM,
-    RIGHT,
-    connected,
-    corners,
-    sample_scene,
-    shortest_path,
-    steer,
-)
+from wmzoo.envs.memory_tasks_3d.driver import FORWARD, LEFT, RIGHT, steer
+from wmzoo.envs.memory_tasks_3d.layouts import LAYOUTS, NAMES, OBJECTS_PER_ROOM, sample_scene
+from wmzoo.envs.memory_tasks_3d.planning import connected, corners, shortest_path
 from wmzoo.envs.scripted import scripted_task
 from wmzoo.errors import UnknownNameError
 

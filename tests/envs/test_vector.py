@@ -14,7 +14,7 @@ pytest.importorskip("minigrid")
 from wmzoo.envs.vector import action_samplers, make_vector_env, vector_env_info  # noqa: E402
 from wmzoo.errors import UnknownNameError  # noqa: E402
 from wmzoo.registry import make_env  # noqa: E402
-from wmzoo.train.loop import Collector  # noqa: E402
+from wmzoo.train.collector import Collector  # noqa: E402
 
 ENV, N, SEED, STEPS = "minigrid-empty-5x5", 2, 5, 230  # random episodes end within 100 steps
 

@@ -12,7 +12,8 @@ from hypothesis.extra.numpy import arrays
 from memory_fakes import FakeEnvs, KnownModel
 
 from wmzoo.cli import main
-from wmzoo.data.generate import Manifest, generate
+from wmzoo.data.dataset import Manifest
+from wmzoo.data.generate import generate
 from wmzoo.errors import WmzooError
 from wmzoo.eval.memory import (
     _batch,

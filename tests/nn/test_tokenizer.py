@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from wmzoo.errors import WmzooError
 from wmzoo.nn.tokenizer import LPIPS, Tokenizer, TokenizerSpec
+from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec
-from wmzoo.train.optim import Optimizer
 
 TINY = TokenizerSpec(vocab_size=32, embed_dim=16, tokens_per_side=4, channels=8, ch_mult=(1, 2))
 

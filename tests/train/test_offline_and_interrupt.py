@@ -10,12 +10,13 @@ from wmzoo.data import Replay
 from wmzoo.eval.rollout import load_agent
 from wmzoo.train import loop
 from wmzoo.train.checkpoint import load_checkpoint
+from wmzoo.train.collector import Collector
 
 
 def test_interrupt_writes_checkpoint_and_replay_then_resume(capsys, tmp_path, monkeypatch):
     logdir = tmp_path / "run"
     calls = {"n": 0}
-    original = loop.Collector.step
+    original = Collector.step
 
     def step_then_interrupt(self, random):
         calls["n"] += 1
@@ -23,7 +24,7 @@ def test_interrupt_writes_checkpoint_and_replay_then_resume(capsys, tmp_path, mo
             raise KeyboardInterrupt
         return original(self, random)
 
-    monkeypatch.setattr(loop.Collector, "step", step_then_interrupt)
+    monkeypatch.setattr(Collector, "step", step_then_interrupt)
     code = main(["run", "--env", "minigrid-empty-5x5", "--steps", "400", "--logdir", str(logdir), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2
@@ -33,7 +34,7 @@ def test_interrupt_writes_checkpoint_and_replay_then_resume(capsys, tmp_path, mo
     # every step taken is on disk: one row per step plus the final row of each ended episode
     assert len(Replay.load(logdir / "replay")) == 229 + tree["progress"]["episodes"]
 
-    monkeypatch.setattr(loop.Collector, "step", original)
+    monkeypatch.setattr(Collector, "step", original)
     assert main(["run", "--logdir", str(logdir), "--resume", "--steps", "260", "--no-progress"]) == 0
     tree = load_checkpoint(logdir / "checkpoint.safetensors")
     assert tree["progress"]["env_steps"] == 260

@@ -28,8 +28,8 @@ from wmzoo.errors import WmzooError
 from wmzoo.hookspecs import PolicyEntry, hookimpl
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.nn import MLP, TwoHot, unimix_logits
+from wmzoo.optim import adamw, set_learning_rate
 from wmzoo.specs import OptimSpec, PolicySpec
-from wmzoo.train.optim import adamw, set_learning_rate
 
 Percentile = Annotated[float, Field(ge=0, le=100)]
 

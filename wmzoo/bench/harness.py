@@ -32,12 +32,12 @@ from typing import Literal
 import numpy as np
 import torch
 
+from wmzoo.atomic import write_text_atomic
 from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, map_state
+from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import build_world_model, env_info, make_env, world_model_spec
-from wmzoo.train.checkpoint import write_text_atomic
-from wmzoo.train.optim import step_components, world_model_optimizers
 
 Mode = Literal["train", "imagine"]
 SYNTHETIC_ENV = EnvInfo(name="synthetic-64x64", obs_shape=(3, 64, 64), num_actions=6)

@@ -1,4 +1,4 @@
-"""Experience storage: the replay buffer and its on-disk chunk files."""
+"""Experience storage: the replay buffer, its on-disk chunk files, and offline datasets."""
 
 from wmzoo.data.replay import Replay, ReplayStream
 

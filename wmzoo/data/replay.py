@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from wmzoo.atomic import TMP_SUFFIX
 from wmzoo.data.store import (
     FIELDS,
-    TMP_SUFFIX,
     ChunkName,
     RowSpec,
     new_stream_id,

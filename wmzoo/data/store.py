@@ -12,13 +12,13 @@ named ``{order:09d}-{stream}-{index:06d}-{rows}.npz``:
 - ``index``: the chunk's sequence number within its stream (consecutive chunks join on load),
 - ``rows``: how many rows the chunk holds.
 
-Files are written to ``{name}.tmp`` next to their final name and moved into place with
-:func:`os.replace`, so a reader only ever sees complete files or leftover ``.tmp`` files.
+Files are written through :func:`wmzoo.atomic.atomic_path`: a temporary file next to the final
+name, ending in :data:`wmzoo.atomic.TMP_SUFFIX`, moved into place once complete, so a reader only
+ever sees complete files or leftover temporary files.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -26,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+from wmzoo.atomic import atomic_path
+
 FIELDS = ("obs", "action", "reward", "terminal", "is_first")
 """The arrays of a row, in the order of :class:`wmzoo.interfaces.Batch`."""
 
 RowSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 """Per field: the shape of one row and the stored dtype."""
 
-TMP_SUFFIX = ".tmp"
 _NAME = re.compile(r"^(\d+)-([0-9a-f]{32})-(\d+)-(\d+)\.npz$")
 
 
@@ -65,13 +66,9 @@ class ChunkName:
 
 
 def write_chunk(path: Path, data: dict[str, np.ndarray]) -> None:
-    """Save ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
+    """Save ``data`` to ``path`` atomically (:func:`wmzoo.atomic.atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_chunk(path: Path, rows: int) -> tuple[dict[str, np.ndarray], RowSpec]:

@@ -73,7 +73,7 @@ without drawing). The room sides are chosen so that the scripts fill about 60 % 
 overruns rare: over 300 seeds each, waits are 42 %, 39 %, 39 % of the context rows and 38 %, 35 %,
 35 % of the query rows for 3, 5, 7 keys, and no layout was redrawn.
 
-Generation speed, measured with :func:`wmzoo.data.generate.record_episode` (the scripted policy,
+Generation speed, measured with :func:`wmzoo.data.record.record_episode` (the scripted policy,
 ``size=40``, one process, observations drawn at every step) on a shared 2-core machine under a load
 of ~10: episodes and frames per second of process CPU time (wall-clock rates were ~3x lower under
 that load; repeated runs varied by up to 2x)::

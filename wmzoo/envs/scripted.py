@@ -2,7 +2,7 @@
 
 Every memory task is a Gymnasium env whose *unwrapped* env satisfies :class:`ScriptedTask`: it knows
 the paper's context and query lengths and, at each step, the action its scripted policy takes.
-An episode recorded with the scripted policy (:func:`wmzoo.data.generate.record_episode` rolls it
+An episode recorded with the scripted policy (:func:`wmzoo.data.record.record_episode` rolls it
 out into row arrays) holds exactly ``context_length + query_length`` observations (rows), and
 ``info["phase"]`` says which phase each step belongs to.
 

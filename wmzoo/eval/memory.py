@@ -42,10 +42,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
 
-from wmzoo.data.generate import Manifest, iter_episodes, load_episodes
+from wmzoo.atomic import write_text_atomic
+from wmzoo.data.dataset import Manifest, iter_episodes, load_episodes
 from wmzoo.errors import MissingDependencyError, WmzooError
+from wmzoo.eval.plots import line_plot
 from wmzoo.imagination import imagine, replay_actions
 from wmzoo.interfaces import Batch, State, WorldModel
 
@@ -331,7 +332,6 @@ def evaluate_memory(
     ``<out>/<protocol>.json`` (and a PNG curve for imagination and recall) and returns the
     results."""
     from wmzoo.eval.rollout import load_agent
-    from wmzoo.train.checkpoint import write_text_atomic
 
     if protocol not in PROTOCOLS:
         raise WmzooError(f"unknown protocol '{protocol}'; expected one of {', '.join(PROTOCOLS)}")
@@ -400,44 +400,3 @@ def summary(results: dict[str, Any]) -> list[str]:
                        "gen_mse_per_step", "extra_frames", "gen_mse_common") and isinstance(value, (int, float)):
             lines.append(f"{key}: {value:g}")
     return lines
-
-
-def line_plot(path: str | Path, x: Sequence[float], y: Sequence[float], xlabel: str, ylabel: str,
-              width: int = 640, height: int = 400) -> Path:
-    """A line chart as a PNG (PIL only; matplotlib is not a dependency), written atomically."""
-    import os
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(image)
-    left, right, top, bottom = 70, width - 20, 20, height - 50
-    xs, ys = np.asarray(x, float), np.asarray(y, float)
-    finite = ys[np.isfinite(ys)]
-    y_max = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-    x_min, x_max = float(xs.min()), float(xs.max()) if xs.max() > xs.min() else float(xs.min()) + 1
-
-    def to_px(a: float, b: float) -> tuple[float, float]:
-        return (left + (a - x_min) / (x_max - x_min) * (right - left), bottom - b / y_max * (bottom - top))
-
-    draw.line([(left, top), (left, bottom), (right, bottom)], fill="black")
-    for i in range(5):
-        value = y_max * i / 4
-        _, py = to_px(x_min, value)
-        draw.line([(left - 4, py), (left, py)], fill="black")
-        draw.text((5, py - 6), f"{value:.3g}", fill="black")
-        vx = x_min + (x_max - x_min) * i / 4
-        px, _ = to_px(vx, 0)
-        draw.line([(px, bottom), (px, bottom + 4)], fill="black")
-        draw.text((px - 10, bottom + 8), f"{vx:.4g}", fill="black")
-    points = [to_px(a, b) for a, b in zip(xs, ys) if np.isfinite(b)]
-    if len(points) > 1:
-        draw.line(points, fill=(30, 90, 200), width=2)
-    for px, py in points if len(points) <= 40 else []:
-        draw.ellipse([px - 2, py - 2, px + 2, py + 2], fill=(30, 90, 200))
-    draw.text(((left + right) // 2 - 60, height - 22), xlabel, fill="black")
-    draw.text((left + 5, 2), ylabel, fill="black")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    image.save(tmp)
-    os.replace(tmp, path)
-    return path

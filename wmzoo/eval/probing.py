@@ -55,8 +55,8 @@ from wmzoo.data.store import FIELDS
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import WorldModel
 from wmzoo.nn import MLP
+from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, Spec
-from wmzoo.train.optim import Optimizer
 
 if TYPE_CHECKING:
     from wmzoo.train.agent import Agent
@@ -322,7 +322,7 @@ def collect_probe_episodes(
     for every entry of ``info["probe"]`` at that row's observation. The first episode's maze
     comes from ``seed``, the next from the same task's generator.
     """
-    from wmzoo.data.generate import record_episode
+    from wmzoo.data.record import record_episode
     from wmzoo.registry import make_env
 
     if n < 1 or steps < 1:

@@ -15,9 +15,9 @@ from torch import nn
 
 from wmzoo.imagination import imagine
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
+from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
-from wmzoo.train.optim import step_components, world_model_optimizers
 
 
 class Agent(nn.Module):

@@ -10,7 +10,6 @@ replaced by ``{"__tensor__": key}`` and each dict stored as key/value pairs so i
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from wmzoo.atomic import atomic_path
 from wmzoo.errors import WmzooError
 
 FORMAT = "wmzoo-checkpoint-1"
@@ -48,27 +48,12 @@ def _unflatten(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def save_checkpoint(path: str | Path, tree: dict[str, Any]) -> Path:
-    """Write ``tree`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    """Write ``tree`` to ``path`` atomically (:func:`wmzoo.atomic.atomic_path`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(tree, tensors, "")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"format": FORMAT, "tree": json.dumps(skeleton)})
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
     return path
 
 

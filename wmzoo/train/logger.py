@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from wmzoo.atomic import atomic_path
 
 
 class Logger:
@@ -83,12 +84,11 @@ def write_rollout(path: str | Path, real: np.ndarray, imagined: np.ndarray, cont
         from wmzoo.errors import WmzooError
 
         raise WmzooError(f"--out {path}: the file must end in .gif or .png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
-    if suffix == ".gif":
-        images = [Image.fromarray(f) for f in side_by_side(real, imagined, context)]
-        images[0].save(tmp, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
-    else:
-        Image.fromarray(strip(real, imagined, context)).save(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        if suffix == ".gif":
+            images = [Image.fromarray(f) for f in side_by_side(real, imagined, context)]
+            images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
+                           duration=int(1000 / fps), loop=0)
+        else:
+            Image.fromarray(strip(real, imagined, context)).save(tmp, format="PNG")
     return path

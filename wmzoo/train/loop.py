@@ -12,95 +12,43 @@ Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share
 4. after the last env step, ``final_updates`` more updates without collecting;
 5. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
    an imagination GIF.
+
+The collector (step 2) is :class:`wmzoo.train.collector.Collector`; what a run writes to and
+restores from its ``logdir`` is :mod:`wmzoo.train.rundir`.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import yaml
-from gymnasium.vector import VectorEnv
 from tqdm import tqdm
 
 from wmzoo.data import Replay
-from wmzoo.data.generate import training_dir
-from wmzoo.envs.vector import action_samplers, make_vector_env, vector_env_info
+from wmzoo.data.dataset import training_dir, write_env_info
+from wmzoo.envs.vector import make_vector_env, vector_env_info
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, reset_state
-from wmzoo.registry import env_info, make_env
+from wmzoo.interfaces import State, TrainOutput, reset_state
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
-from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint, write_text_atomic
-from wmzoo.train.logger import Logger, strip, write_rollout
-
-CHECKPOINT = "checkpoint.safetensors"
-GIF = "imagination.gif"
-ENV_INFO = "env.json"
+from wmzoo.train.collector import Collector
+from wmzoo.train.logger import Logger
+from wmzoo.train.rundir import data_env_info, record_imagination, restore_run, save_run, write_run_spec
 
 
 @dataclass
 class Progress:
+    """A run's counters, saved in its checkpoint and restored by ``--resume``."""
+
     env_steps: int = 0
     updates: int = 0
     episodes: int = 0
     credit: float = 0.0  # world-model updates owed by the train ratio
     final: int = 0  # of train.final_updates, done after the last env step
-
-
-class Collector:
-    """Steps a vector of ``N`` environments with the agent and writes one replay row per env step.
-
-    ``envs`` is a Gymnasium vector env that resets an environment in the step that ends its
-    episode (:func:`wmzoo.envs.vector.make_vector_env`); worker ``i``'s rows go to replay stream
-    ``i``. Random actions come from per-env action spaces seeded ``seed + i`` here, so the rows do
-    not depend on whether the environments run in this process or in their own.
-    """
-
-    def __init__(self, envs: VectorEnv, agent: Agent, replay: Replay, seed: int) -> None:
-        self.envs, self.agent, self.replay = envs, agent, replay
-        n = envs.num_envs
-        self.samplers = action_samplers(envs, seed)
-        self.epsilon = agent.policy.spec.epsilon
-        self.rng = np.random.default_rng(seed)
-        self.obs, _ = envs.reset(seed=[seed + i for i in range(n)])
-        self.is_first = np.ones(n, bool)
-        self.returns = np.zeros(n)
-        self.lengths = np.zeros(n, int)
-        agent.reset_acting()
-
-    def step(self, random: bool) -> list[tuple[float, int]]:
-        """One step of every env; returns (return, length) of the episodes that ended.
-
-        ``random``: every action uniformly random (prefill); otherwise the policy's, each
-        replaced by a random one with the policy spec's ``epsilon`` chance (ε-greedy)."""
-        n = self.envs.num_envs
-        if random or self.epsilon == 0:
-            explore = np.full(n, random)
-        else:
-            explore = self.rng.random(n) < self.epsilon
-        forced = np.stack([space.sample() for space in self.samplers]) if explore.any() else None
-        actions = self.agent.act(self.obs, self.is_first, actions=forced, override=None if random else explore)
-        obs, rewards, terminated, truncated, info = self.envs.step(actions)
-        ended = []
-        for i in range(len(actions)):
-            self.replay.add(i, self.obs[i], actions[i], float(rewards[i]), bool(terminated[i]), bool(self.is_first[i]))
-            self.returns[i] += rewards[i]
-            self.lengths[i] += 1
-            if terminated[i] or truncated[i]:
-                # the final observation closes the episode (zero action/reward, not terminal)
-                self.replay.add(i, info["final_obs"][i], np.zeros_like(actions[i]), 0.0, False, False)
-                ended.append((float(self.returns[i]), int(self.lengths[i])))
-                self.returns[i], self.lengths[i] = 0.0, 0
-        self.is_first = terminated | truncated  # obs[i] already starts the next episode
-        self.obs = obs
-        return ended
 
 
 def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:
@@ -117,8 +65,8 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     agent = Agent(run, info)
     progress = Progress()
     if resume:
-        progress = _restore(agent, logdir)
-    _write_run_spec(logdir, run, resume)
+        progress = Progress(**restore_run(agent, logdir))
+    write_run_spec(logdir, run, resume=resume)
     write_env_info(logdir / "replay", info)
     replay = Replay(
         logdir / "replay", capacity=T.replay_capacity, chunk_size=T.replay_chunk,
@@ -134,7 +82,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
 
     def checkpoint() -> Path:
         replay.flush()
-        return save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
+        return save_run(logdir, agent, asdict(progress))
 
     def update() -> None:
         """One world-model update; the policy's every ``policy_every``, once it has started."""
@@ -192,16 +140,16 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
     replay = Replay.load(data, capacity=run.train.replay_capacity, seed=run.seed, sampling=run.train.sampling)
     if len(replay) == 0:
         raise WmzooError(f"--offline {data}: no episodes found (expected the replay's .npz chunk files)")
-    info = _data_env_info(data, run)
+    info = data_env_info(data, run)
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
-    _write_run_spec(logdir, run)
+    write_run_spec(logdir, run)
     logger = Logger(logdir)
     batches = WorldModelBatches(agent, replay)
     progress = Progress()
 
     def checkpoint() -> Path:
-        return save_checkpoint(logdir / CHECKPOINT, _checkpoint_tree(agent, progress))
+        return save_run(logdir, agent, asdict(progress))
 
     with _interrupt_guard(checkpoint, progress, offline=True):
         for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
@@ -219,39 +167,6 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-@torch.no_grad()
-def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndarray, np.ndarray]:
-    """Observe the first ``context`` frames of a 1-row batch, then imagine the rest under the
-    recorded actions. Returns ``(real, model)`` uint8 ``[T, C, H, W]``; the model's first
-    ``context`` frames are reconstructions of the observed ones."""
-    from wmzoo.imagination import imagine, replay_actions
-
-    wm = agent.world_model
-    wm.eval()
-    batch = batch.to(agent.device)
-    state = wm.initial_state(1)
-    recon = []
-    prev = torch.zeros_like(batch.action[:, 0])
-    for t in range(context):
-        state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
-        prev = batch.action[:, t]
-        recon.append(wm.decode(state)[0])
-    actions = batch.action[:, context - 1 : -1].transpose(0, 1)  # actions[t] leads into frame t+1
-    traj = imagine(wm, replay_actions(actions), state, actions.shape[0], decode=True)
-    assert traj.images is not None
-    model = torch.cat([torch.stack(recon), traj.images[1:, 0]])
-    return batch.obs[0].cpu().numpy(), model.cpu().numpy()
-
-
-def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
-    """A replayed segment: ``<logdir>/imagination.gif`` and a TensorBoard image strip."""
-    context = min(8, agent.world_model.spec.seq_len)
-    length = min(context + agent.run.train.gif_horizon, len(replay))
-    real, model = imagine_open_loop(agent, replay.sample(1, length), context)
-    write_rollout(logdir / GIF, real, model, context)
-    logger.image("imagination", strip(real, model, context), step)
 
 
 class WorldModelBatches:
@@ -274,51 +189,6 @@ class WorldModelBatches:
         out = self.agent.train_world_model(batch, self.carry)
         self.carry = out.carry
         return out
-
-
-def _checkpoint_tree(agent: Agent, progress: Progress) -> dict[str, Any]:
-    return {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": asdict(progress),
-            **agent.state_tree()}
-
-
-def recorded_env_info(data: str | Path) -> EnvInfo | None:
-    """The env of recorded episodes (``env.json`` of a dataset's train split or of a run's
-    replay folder), or ``None`` when the recorder wrote none."""
-    meta = training_dir(data) / ENV_INFO
-    return EnvInfo.from_dict(json.loads(meta.read_text())) if meta.is_file() else None
-
-
-def _data_env_info(data: Path, run: RunSpec) -> EnvInfo:
-    """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
-    info = recorded_env_info(data)
-    if info is not None:
-        return info
-    env = make_env(run.env, size=run.train.image_size)
-    try:
-        return env_info(env, run.env)
-    finally:
-        env.close()
-
-
-def write_env_info(directory: Path, info: EnvInfo) -> None:
-    write_text_atomic(directory / ENV_INFO, json.dumps(asdict(info)))
-
-
-def _write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
-    """``run.yaml`` of a new run (refused over an existing run), or of a resumed one (its
-    ``--set`` changes kept for the next resume)."""
-    logdir.mkdir(parents=True, exist_ok=True)
-    if not resume and (logdir / CHECKPOINT).exists():
-        raise WmzooError(
-            f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
-        )
-    write_text_atomic(logdir / "run.yaml", yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
-
-
-def _restore(agent: Agent, logdir: Path) -> Progress:
-    tree = load_checkpoint(logdir / CHECKPOINT)
-    agent.load_state_tree(tree)
-    return Progress(**tree["progress"])
 
 
 class _interrupt_guard:

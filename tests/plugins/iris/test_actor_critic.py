@@ -103,7 +103,7 @@ def test_bad_feature_shapes_and_continuous_actions_are_clear_errors() -> None:
 def test_paper_network_size() -> None:
     env = EnvInfo(name="atari", obs_shape=(3, 64, 64), num_actions=6)
     policy = IrisActorCritic(POLICY_PRESETS["paper"], env.obs_shape, env)
-    # IRIS's actor-critic: 3.2M parameters (notes), dominated by the LSTMCell(1024, 512)
+    # IRIS's actor-critic: 3.2M parameters (its code, eloialonso/iris), dominated by the LSTMCell(1024, 512)
     assert 3.1e6 < sum(p.numel() for p in policy.parameters()) < 3.3e6
 
 

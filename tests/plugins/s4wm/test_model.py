@@ -288,7 +288,7 @@ def test_paper_presets_stride_starts() -> None:
 
 def test_s4_parameters_train_slower_without_weight_decay() -> None:
     """S4's convention: Δ, Λ and B at ssm_lr_scale × lr, no weight decay; everything else as spec."""
-    from wmzoo.train.optim import world_model_optimizers
+    from wmzoo.optim import world_model_optimizers
 
     wm = S4WMWorldModel(PRESETS["tiny"].model_copy(update={"ssm_lr_scale": 0.25}), env_info())
     (opt,) = world_model_optimizers(wm.components()).values()

@@ -1,5 +1,8 @@
 """Optimizers from :class:`~wmzoo.specs.OptimSpec`: AdamW with per-parameter groups, linear
-warm-up then a constant or cosine rate, global-norm clipping."""
+warm-up then a constant or cosine rate, global-norm clipping.
+
+Core level, next to :mod:`wmzoo.specs`: the trainer, the bench harness and the policies of
+plugins (which may not import :mod:`wmzoo.train`) build their optimizers here."""
 
 from __future__ import annotations
 

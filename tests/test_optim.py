@@ -1,4 +1,4 @@
-"""Learning-rate schedules and per-parameter groups of :mod:`wmzoo.train.optim`."""
+"""Learning-rate schedules and per-parameter groups of :mod:`wmzoo.optim`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+from wmzoo.optim import Optimizer, adamw, learning_rate
 from wmzoo.specs import OptimSpec
-from wmzoo.train.optim import Optimizer, adamw, learning_rate
 
 
 def test_warmup_then_constant() -> None:

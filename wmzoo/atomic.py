@@ -1,0 +1,53 @@
+"""Atomic file writes: every file wmzoo writes for a user or a later run appears whole or not at all.
+
+A writer gets a temporary path next to the final one from :func:`atomic_path`, writes it in
+full, and the file is flushed to disk (fsync) and renamed over the final path
+(:func:`os.replace`, atomic within a folder); on an error the temporary file is removed and an
+existing file at the final path is left as it was. Checkpoints, replay and dataset chunk files,
+manifests, ``env.json``, ``run.yaml``, JSON results and images all go through here.
+
+The temporary file is ``.{name}.{pid}{TMP_SUFFIX}`` in the final file's folder: hidden, unique
+per process, and recognisable by its suffix, so a reader of a folder of chunk files skips (and a
+writer cleans up) what an interrupted process left behind (:mod:`wmzoo.data.replay`,
+:mod:`wmzoo.data.generate`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TMP_SUFFIX = ".tmp"
+"""The suffix of every temporary file: a file ending in it is an unfinished write."""
+
+
+def temporary_path(path: Path) -> Path:
+    """The temporary file :func:`atomic_path` writes ``path`` through."""
+    return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path in ``path``'s folder (created if missing) for the caller to write;
+    when the block ends normally the file is fsynced and renamed over ``path``, when it raises the
+    temporary file is removed and ``path`` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(path)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically; returns its path."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return path

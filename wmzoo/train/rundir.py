@@ -1,0 +1,108 @@
+"""The run directory of ``wmzoo run``: what a training run writes to and restores from ``logdir``.
+
+    <logdir>/run.yaml                 the run spec (``--resume`` reads it back)
+    <logdir>/checkpoint.safetensors   run spec, env shapes, progress counters, agent state
+    <logdir>/imagination.gif          a replayed segment, real beside imagined, at the end
+    <logdir>/replay/                  the replay's chunk files and env.json (wmzoo.data)
+    <logdir>/tb/                      TensorBoard scalars and images (wmzoo.train.logger)
+
+Also the open-loop imagination behind the GIF and ``wmzoo imagine``, and the env shapes of
+recorded data for offline training.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from wmzoo.atomic import write_text_atomic
+from wmzoo.data import Replay
+from wmzoo.data.dataset import recorded_env_info
+from wmzoo.errors import WmzooError
+from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.registry import env_info, make_env
+from wmzoo.specs import RunSpec
+from wmzoo.train.agent import Agent
+from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
+from wmzoo.train.logger import Logger, strip, write_rollout
+
+CHECKPOINT = "checkpoint.safetensors"
+GIF = "imagination.gif"
+
+
+def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
+    """``run.yaml`` of a new run (one-line error when a run is already there), or of a resumed
+    one (its ``--set`` changes kept for the next resume)."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    if not resume and (logdir / CHECKPOINT).exists():
+        raise WmzooError(
+            f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
+        )
+    write_text_atomic(logdir / "run.yaml", yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
+
+
+def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
+    """Write ``<logdir>/checkpoint.safetensors``: the run spec, env shapes, ``progress`` counters
+    and the agent's state; returns its path."""
+    tree = {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": dict(progress),
+            **agent.state_tree()}
+    return save_checkpoint(logdir / CHECKPOINT, tree)
+
+
+def restore_run(agent: Agent, logdir: Path) -> dict[str, Any]:
+    """Load ``<logdir>/checkpoint.safetensors`` into ``agent``; returns its progress counters."""
+    tree = load_checkpoint(logdir / CHECKPOINT)
+    agent.load_state_tree(tree)
+    return tree["progress"]
+
+
+def data_env_info(data: Path, run: RunSpec) -> EnvInfo:
+    """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
+    info = recorded_env_info(data)
+    if info is not None:
+        return info
+    env = make_env(run.env, size=run.train.image_size)
+    try:
+        return env_info(env, run.env)
+    finally:
+        env.close()
+
+
+@torch.no_grad()
+def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observe the first ``context`` frames of a 1-row batch, then imagine the rest under the
+    recorded actions. Returns ``(real, model)`` uint8 ``[T, C, H, W]``; the model's first
+    ``context`` frames are reconstructions of the observed ones."""
+    from wmzoo.imagination import imagine, replay_actions
+
+    wm = agent.world_model
+    wm.eval()
+    batch = batch.to(agent.device)
+    state = wm.initial_state(1)
+    recon = []
+    prev = torch.zeros_like(batch.action[:, 0])
+    for t in range(context):
+        state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+        prev = batch.action[:, t]
+        recon.append(wm.decode(state)[0])
+    actions = batch.action[:, context - 1 : -1].transpose(0, 1)  # actions[t] leads into frame t+1
+    traj = imagine(wm, replay_actions(actions), state, actions.shape[0], decode=True)
+    assert traj.images is not None
+    model = torch.cat([torch.stack(recon), traj.images[1:, 0]])
+    return batch.obs[0].cpu().numpy(), model.cpu().numpy()
+
+
+def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
+    """A replayed segment: ``<logdir>/imagination.gif`` and a TensorBoard image strip."""
+    context = min(8, agent.world_model.spec.seq_len)
+    length = min(context + agent.run.train.gif_horizon, len(replay))
+    real, model = imagine_open_loop(agent, replay.sample(1, length), context)
+    write_rollout(logdir / GIF, real, model, context)
+    logger.image("imagination", strip(real, model, context), step)
