@@ -92,15 +92,11 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
 def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo = CHECK_ENV) -> None:
     """Build the registered backbone ``name`` at ``preset`` and run :func:`check_world_model`.
 
-    Also checks that the entry has the three standard presets, each valid for its spec, and that
-    its ``train_presets`` name presets and change valid trainer fields.
+    The registry has already checked the entry's fields (the three standard presets, each a valid
+    instance of its spec: :func:`wmzoo.registry.entry_problems`); this also checks that its
+    ``train_presets`` name presets and change valid trainer fields.
     """
-    entry = default_registry().backbone(name)
-    missing = {"tiny", "small", "paper"} - set(entry.presets)
-    assert not missing, f"backbone {name!r} lacks presets {sorted(missing)}"
-    for preset_name, spec in entry.presets.items():
-        assert isinstance(spec, entry.spec), f"preset {preset_name!r} is not a {entry.spec.__name__}"
-        entry.spec.model_validate(spec.model_dump())
+    entry = default_registry().backbone(name)  # a malformed entry raises here, with its reason
     for preset_name, changes in entry.train_presets.items():
         assert preset_name in TRAIN_PRESETS or preset_name in entry.presets, (
             f"train_presets of {name!r} names {preset_name!r}, neither a trainer nor a backbone preset"
