@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="backbones, environments and policies, with availability")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--kind", choices=("backbone", "env", "policy"))
+    p.add_argument("--kind", metavar="KIND",
+                   help="backbone(s), env(s) or environment(s), policy/policies, or plugin(s): those that failed")
 
     p = sub.add_parser("run", help="train a backbone on an environment (online, or --offline)")
     p.add_argument("--backbone", help="backbone name (default: rssm)")
@@ -159,17 +160,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from wmzoo.registry import default_registry
+    from wmzoo.registry import default_registry, parse_kind
 
-    rows = [r for r in default_registry().listings() if args.kind in (None, r.kind)]
+    wanted = parse_kind(args.kind) if args.kind is not None else None
+    rows = [r for r in default_registry().listings() if wanted in (None, r.kind)]
     if args.format == "json":
         print(json.dumps([r.__dict__ for r in rows], indent=2))
         return 0
-    for kind in ("backbone", "env", "policy"):
+    headers = {"backbone": "backbones:", "env": "environments:", "policy": "policies:",
+               "plugin": "plugins that failed:"}
+    for kind, header in headers.items():
         group = [r for r in rows if r.kind == kind]
         if not group:
             continue
-        print({"backbone": "backbones:", "env": "environments:", "policy": "policies:"}[kind])
+        print(header)
         for r in group:
             status = "ok" if r.available else f"unavailable: {r.reason}"
             print(f"  {r.name:<24} {status:<14} {r.description if r.available else ''}".rstrip())

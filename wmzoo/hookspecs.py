@@ -16,6 +16,8 @@ like the specs below, advertised through an entry point in the group ``wmzoo``::
 
 wmzoo's own backbones, environments and policies register through exactly this mechanism.
 Hooks are always called with keyword arguments; every hook here collects lists from all plugins.
+The registry checks each returned entry against the field annotations of its dataclass below
+(:func:`wmzoo.registry.entry_problems`), so they must say what a field holds.
 """
 
 from __future__ import annotations

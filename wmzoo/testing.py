@@ -93,22 +93,17 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
 def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo = CHECK_ENV) -> None:
     """Build the registered backbone ``name`` at ``preset`` and run :func:`check_world_model`.
 
-    Also checks that the entry has the three standard presets, each valid for its spec, and that
-    each of its run presets names presets that exist and a schedule of valid trainer fields.
+    The registry has already checked the entry itself (the three standard presets, each a valid
+    instance of its spec; each run preset naming one of them, a trainer preset and a valid
+    schedule: :func:`wmzoo.registry.entry_problems`); this also checks that each run preset names
+    a preset of the backbone's default policy, and that every run preset resolves to a run.
     """
     registry = default_registry()
-    entry = registry.backbone(name)
-    missing = {"tiny", "small", "paper"} - set(entry.presets)
-    assert not missing, f"backbone {name!r} lacks presets {sorted(missing)}"
-    for preset_name, spec in entry.presets.items():
-        assert isinstance(spec, entry.spec), f"preset {preset_name!r} is not a {entry.spec.__name__}"
-        entry.spec.model_validate(spec.model_dump())
+    entry = registry.backbone(name)  # a malformed entry raises here, with its reason
     policy = registry.policy(entry.default_policy)
     for preset_name, combo in run_presets(entry).items():
         where = f"run preset {preset_name!r} of {name!r}"
-        assert combo.model in entry.presets, f"{where} names world-model preset {combo.model!r}, which {name!r} lacks"
         assert combo.policy in policy.presets, f"{where} names policy preset {combo.policy!r}, which {policy.name!r} lacks"
-        assert combo.train in TRAIN_PRESETS, f"{where} names trainer preset {combo.train!r}; known: {sorted(TRAIN_PRESETS)}"
         TrainSpec.model_validate(merge(TRAIN_PRESETS[combo.train].model_dump(), dict(combo.schedule)))
     spec = world_model_spec(name, preset, overrides)
     check_world_model(build_world_model(name, spec, env), env)
