@@ -23,7 +23,9 @@ Training (``loss``): two components, each with its own optimizer —
 ``tokenizer``: equation 8 of REM / IRIS's VQ-VAE loss on ``tokenizer_frames`` frames drawn uniformly
 from the batch; ``world_model``: cross-entropies of next tokens, reward class and termination on
 the tokens of the batch (computed without gradient: the tokenizer is not trained by G). Sequences
-longer than ``max_blocks`` steps are cut into windows of ``max_blocks``. A step counter buffer
+longer than ``max_blocks`` steps are cut into windows of ``max_blocks``. Where a window holds the
+start of a new episode, G attends only within each episode and positions restart at 0 there
+(the official code samples windows inside one episode, padding the rest). A step counter buffer
 implements table 3's "start after epochs": the world-model loss is zero (no gradient) until
 ``world_model_start`` updates have trained the tokenizer.
 
@@ -170,11 +172,25 @@ class IrisWorldModel(WorldModel):
         start = 0 if cache is None else cache.length
         return self.transformer(x + self.pos_emb.weight[start:start + x.shape[1]], cache)
 
-    def sequence(self, tokens: Tensor, action: Tensor) -> Tensor:
-        """Outputs ``[B, T, K + 1, d]`` of G over tokens ``[B, T, K]`` and actions ``[B, T, ...]``."""
+    def sequence(self, tokens: Tensor, action: Tensor, is_first: Tensor | None = None) -> Tensor:
+        """Outputs ``[B, T, K + 1, d]`` of G over tokens ``[B, T, K]`` and actions ``[B, T, ...]``.
+
+        With ``is_first`` (``[B, T]``), a step that starts an episode starts afresh: its tokens
+        attend to nothing before it and their positions count from 0 again, as a window of the
+        official code (sampled inside one episode) and an imagination start (one frame at
+        position 0) see it."""
         B, T, K = tokens.shape
         x = torch.cat([self.obs_emb(tokens), self._embed_actions(action).unsqueeze(2)], 2)
-        return self._call(x.reshape(B, T * (K + 1), -1)).reshape(B, T, K + 1, -1)
+        x = x.reshape(B, T * (K + 1), -1)
+        if is_first is None or not bool(is_first[:, 1:].any()):
+            return self._call(x).reshape(B, T, K + 1, -1)
+        starts = torch.zeros(B, T, K + 1, dtype=torch.bool, device=x.device)
+        starts[:, :, 0] = is_first
+        starts = starts.flatten(1)
+        index = torch.arange(T * (K + 1), device=x.device).expand(B, -1)
+        position = index - torch.where(starts, index, 0).cummax(1).values
+        out = self.transformer(x + self.pos_emb(position), starts=starts)
+        return out.reshape(B, T, K + 1, -1)
 
     # -- training -------------------------------------------------------------------------
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
@@ -203,7 +219,7 @@ class IrisWorldModel(WorldModel):
         size = min(batch.shape[1], self.spec.max_blocks)
         win = _windows(batch, size)
         tokens = tokens[:, : (batch.shape[1] // size) * size].reshape(-1, size, self.K)
-        out = self.sequence(tokens, win.action)  # [B', T, K + 1, d]
+        out = self.sequence(tokens, win.action, win.is_first)  # [B', T, K + 1, d]
         # within a frame: outputs at z^1..z^{K-1} predict z^2..z^K
         within_logits = self.head_obs(out[:, :, :-2])
         within = F.cross_entropy(within_logits.flatten(0, 2), tokens[:, :, 1:].flatten(), reduction="none")

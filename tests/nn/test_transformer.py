@@ -13,25 +13,73 @@ from wmzoo.nn.transformer import CausalTransformer, init_gpt_weights
 @given(
     layers=st.integers(1, 3), heads=st.sampled_from([1, 2, 4]), n=st.integers(1, 12),
     chunks=st.lists(st.integers(1, 4), min_size=1, max_size=4), seed=st.integers(0, 2**16),
+    boundaries=st.booleans(),
 )
-@settings(max_examples=25, deadline=None)
-def test_cached_chunks_equal_full_forward(layers: int, heads: int, n: int, chunks: list[int], seed: int) -> None:
+@settings(max_examples=40, deadline=None)
+def test_cached_chunks_equal_full_forward(
+    layers: int, heads: int, n: int, chunks: list[int], seed: int, boundaries: bool
+) -> None:
+    # Catches: a cache written at the wrong offset, a chunk's causal mask off by one, or (with
+    # episode boundaries) a cache that forgets which episode its tokens belong to.
     torch.manual_seed(seed)
     model = CausalTransformer(layers, 8 * heads, heads, dropout=0.1).eval()
     model.apply(init_gpt_weights)
     total = n + sum(chunks)
     x = torch.randn(2, total, 8 * heads)
-    full = model(x)
+    starts = torch.rand(2, total) < 0.2 if boundaries else None
+    full = model(x, starts=starts)
     cache = model.empty_cache(2, total + 3)
-    outs, pos = [model(x[:, :n], cache)], n
+    cut = (lambda a, b: None) if starts is None else (lambda a, b: starts[:, a:b])
+    outs, pos = [model(x[:, :n], cache, cut(0, n))], n
     for size in chunks:
-        outs.append(model(x[:, pos:pos + size], cache))
+        outs.append(model(x[:, pos:pos + size], cache, cut(pos, pos + size)))
         pos += size
     assert cache.length == total
     torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_nothing_after_an_episode_start_depends_on_what_came_before(cached: bool) -> None:
+    # Catches: attention into the previous episode inside a training window (the mask missing,
+    # keyed on the wrong token, or lost between cached calls), and a mask that also cuts the
+    # first episode short.
+    torch.manual_seed(0)
+    model = CausalTransformer(2, 16, 2).eval()
+    x = torch.randn(2, 12, 16)
+    starts = torch.zeros(2, 12, dtype=torch.bool)
+    starts[0, 5] = starts[1, 8] = True
+
+    def run(inputs: torch.Tensor) -> torch.Tensor:
+        if not cached:
+            return model(inputs, starts=starts)
+        cache = model.empty_cache(2, 12)
+        return torch.cat([model(inputs[:, a:b], cache, starts[:, a:b]) for a, b in ((0, 3), (3, 7), (7, 12))], 1)
+
+    out = run(x)
+    for row, b in ((0, 5), (1, 8)):
+        torch.testing.assert_close(out[row, b:], model(x[row : row + 1, b:])[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out[row, :b], model(x[row : row + 1, :b])[0], atol=1e-5, rtol=1e-5)
+    y = x.clone()
+    y[0, :5], y[1, :8] = torch.randn(5, 16), torch.randn(8, 16)
+    changed = run(y)
+    torch.testing.assert_close(changed[0, 5:], out[0, 5:])
+    torch.testing.assert_close(changed[1, 8:], out[1, 8:])
+    assert not torch.allclose(changed[0, :5], out[0, :5])
+
+
+def test_a_start_at_the_first_token_changes_nothing() -> None:
+    # Catches: an episode start at a window's first token treated as a boundary (every token of
+    # the window then sees a different episode from its predecessors' cache entries).
+    torch.manual_seed(0)
+    model = CausalTransformer(1, 8, 2).eval()
+    x = torch.randn(1, 6, 8)
+    starts = torch.zeros(1, 6, dtype=torch.bool)
+    starts[0, 0] = True
+    torch.testing.assert_close(model(x, starts=starts), model(x))
+
+
 def test_causal() -> None:
+    # Catches: a query attending to later tokens (the causal mask dropped or transposed).
     torch.manual_seed(0)
     model = CausalTransformer(2, 16, 2).eval()
     x = torch.randn(1, 10, 16)

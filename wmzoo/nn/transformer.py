@@ -10,6 +10,13 @@ The cache (:class:`KVCache`) holds every layer's keys and values in two prealloc
 ``[length, length + n)`` and attends over ``[0, length + n)``, so generating token by token costs
 no concatenation or reallocation. Tensors are batch first so that a cache can live inside a
 wmzoo state dict.
+
+Episode boundaries: a training window (or a cache) may hold the end of one episode and the start
+of the next. ``starts`` (``[B, n]`` bool, True at the first token of a new episode, derived from a
+batch's ``is_first``) restricts attention to earlier tokens of the same episode, so nothing after a
+boundary depends on anything before it. The official IRIS samples windows inside one episode
+(padding the rest), so its attention never crosses one; with the mask wmzoo's stream windows
+behave the same. A cache keeps the episode index of each token it holds (``KVCache.episode``).
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ class KVCache:
     """Keys and values ``[B, layers, heads, capacity, head_dim]``, valid up to ``length``.
 
     Written in place beyond ``length``: two states sharing one cache may each be advanced, but not
-    alternately (the second would overwrite the first's newer entries); clone to branch.
+    alternately (the second would overwrite the first's newer entries); clone to branch (``k``,
+    ``v`` and ``episode``). ``episode`` is allocated on the first call that marks a start.
     """
 
     k: Tensor
     v: Tensor
     length: int
+    episode: Tensor | None = None  # [B, capacity] int64 episode index of each token; None: one episode
 
     @classmethod
     def empty(
@@ -59,22 +68,42 @@ class CausalSelfAttention(nn.Module):
         self.attn_drop = dropout
         self.resid_drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+    def forward(
+        self, x: Tensor, cache: KVCache | None = None, layer: int = 0, mask: Tensor | None = None
+    ) -> Tensor:
+        """``mask`` (``[B, 1, n, keys]`` bool, from :func:`attention_mask`) replaces the causal
+        mask when an episode boundary is in view."""
         B, n, D = x.shape
         q, k, v = self.qkv(x).view(B, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         drop = self.attn_drop if self.training else 0.0
-        if cache is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=n > 1)
-        else:
+        if cache is not None:
             start, end = cache.length, cache.length + n
             cache.k[:, layer, :, start:end] = k
             cache.v[:, layer, :, start:end] = v
             k, v = cache.k[:, layer, :, :end], cache.v[:, layer, :, :end]
-            mask = None
-            if n > 1:  # query i (absolute start + i) sees keys 0 .. start + i
-                mask = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(start)
+        if mask is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        elif cache is None or n == 1:  # causal, or one query that sees every cached key
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=cache is None and n > 1)
+        else:  # query i (absolute start + i) sees keys 0 .. start + i
+            causal = torch.ones(n, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - n)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, dropout_p=drop)
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, n, D)))
+
+
+def episode_index(starts: Tensor, first: Tensor | int = 0) -> Tensor:
+    """``[B, n]`` episode index of each token: ``first`` (the index of the token before, per row)
+    plus the number of episode starts up to and including it."""
+    return starts.long().cumsum(1) + (first if isinstance(first, int) else first[:, None])
+
+
+def attention_mask(query: Tensor, keys: Tensor) -> Tensor:
+    """``[B, 1, n, m]`` bool: query ``i`` (the last ``n`` of the ``m`` keys' positions) attends to
+    key ``j`` when ``j`` is not later and in the same episode (``query``/``keys``: episode indices
+    ``[B, n]`` / ``[B, m]``, non-decreasing along a row)."""
+    n, m = query.shape[1], keys.shape[1]
+    causal = torch.ones(n, m, dtype=torch.bool, device=query.device).tril(m - n)
+    return (causal & (keys[:, None, :] == query[:, :, None]))[:, None]
 
 
 class Block(nn.Module):
@@ -89,8 +118,10 @@ class Block(nn.Module):
             nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout)
         )
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
-        x = x + self.attn(self.ln1(x), cache, layer)
+    def forward(
+        self, x: Tensor, cache: KVCache | None = None, layer: int = 0, mask: Tensor | None = None
+    ) -> Tensor:
+        x = x + self.attn(self.ln1(x), cache, layer, mask)
         return x + self.mlp(self.ln2(x))
 
 
@@ -99,6 +130,8 @@ class CausalTransformer(nn.Module):
 
     Positions are the caller's business (IRIS adds learned absolute ones, REM uses rotary ones).
     With a ``cache`` the inputs continue the cached sequence and the cache's ``length`` advances.
+    ``starts`` (``[B, n]`` bool) marks the tokens that begin a new episode: no token attends
+    across one (see the module docstring).
     """
 
     def __init__(self, layers: int, dim: int, heads: int, dropout: float = 0.0) -> None:
@@ -115,17 +148,43 @@ class CausalTransformer(nn.Module):
         """A cache for ``batch`` sequences of up to ``capacity`` tokens."""
         return KVCache.empty(batch, self.layers, self.heads, capacity, self.head_dim, device)
 
-    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
-        if cache is not None and cache.length + x.shape[1] > cache.capacity:
-            raise ValueError(
-                f"KV cache overflow: {cache.length} + {x.shape[1]} tokens > capacity {cache.capacity}"
-            )
+    def forward(self, x: Tensor, cache: KVCache | None = None, starts: Tensor | None = None) -> Tensor:
+        n = x.shape[1]
+        if cache is not None and cache.length + n > cache.capacity:
+            raise ValueError(f"KV cache overflow: {cache.length} + {n} tokens > capacity {cache.capacity}")
+        mask = self._mask(x, cache, starts)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache, i)
+            x = block(x, cache, i, mask)
         if cache is not None:
-            cache.length += x.shape[1]
+            cache.length += n
         return self.ln_f(x)
+
+    @staticmethod
+    def _mask(x: Tensor, cache: KVCache | None, starts: Tensor | None) -> Tensor | None:
+        """The episode mask, or ``None`` when every token in view belongs to one episode (the
+        plain causal path). Records the new tokens' episodes in the cache."""
+        B, n = x.shape[:2]
+        if cache is None:
+            if starts is None or not bool(starts[:, 1:].any()):
+                return None
+            episode = episode_index(starts)
+            return attention_mask(episode, episode)
+        if starts is None and cache.episode is None:
+            return None
+        if cache.episode is None:
+            cache.episode = torch.zeros(B, cache.capacity, dtype=torch.int64, device=x.device)
+        start, end = cache.length, cache.length + n
+        before = cache.episode[:, start - 1] if start else torch.zeros(B, dtype=torch.int64, device=x.device)
+        new = starts if starts is not None else torch.zeros(B, n, dtype=torch.bool, device=x.device)
+        if start == 0:
+            new = new.clone()
+            new[:, 0] = False  # the first cached token starts the cache's first episode
+        cache.episode[:, start:end] = episode_index(new, before)
+        keys = cache.episode[:, :end]
+        if bool((keys[:, 0] == keys[:, -1]).all()):
+            return None
+        return attention_mask(keys[:, start:], keys)
 
 
 def init_gpt_weights(module: nn.Module) -> None:

@@ -53,6 +53,28 @@ def test_cached_token_by_token_equals_full_forward(side: int, layers: int, heads
     torch.testing.assert_close(wm.head_obs(cached), wm.head_obs(full[:, :n]), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("boundary", [1, 2, 3])
+def test_a_new_episode_in_a_window_sees_nothing_of_the_previous_one(boundary: int) -> None:
+    # Catches: G attending across an episode start inside a training window (mask missing or on
+    # the wrong token of the step), or positions that keep counting across it (the steps after
+    # a start must match a window that begins there, as imagination from a fresh frame does).
+    wm = _model(side=2, max_blocks=4)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(16, (2, 4, wm.K), generator=g)
+    action = torch.randint(3, (2, 4), generator=g)
+    is_first = torch.zeros(2, 4, dtype=torch.bool)
+    is_first[:, 0] = is_first[0, boundary] = True
+    with torch.no_grad():
+        out = wm.sequence(tokens, action, is_first)
+        alone = wm.sequence(tokens[:1, boundary:], action[:1, boundary:])
+        torch.testing.assert_close(out[0, boundary:], alone[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out[0, :boundary], wm.sequence(tokens[:1, :boundary], action[:1, :boundary])[0])
+        torch.testing.assert_close(out[1], wm.sequence(tokens[1:], action[1:])[0])  # row 1: no start inside
+        other = tokens.clone()
+        other[0, :boundary] = (other[0, :boundary] + 1) % 16
+        torch.testing.assert_close(wm.sequence(other, action, is_first)[0, boundary:], out[0, boundary:])
+
+
 def test_imagine_step_feeds_action_and_sampled_tokens_in_order() -> None:
     """The cache after two imagined steps equals one uncached call on [z_0, a_0, z_1, a_1, z_2]."""
     wm = _model(side=2, max_blocks=4)
