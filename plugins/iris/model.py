@@ -55,11 +55,23 @@ from wmzoo.specs import OptimSpec, WorldModelSpec
 # --------------------------------------------------------------------------- spec
 
 
+# IRIS's tokenizer (its appendix A / config tokenizer.yaml): VQGAN's nets, N = 512 codes of
+# d = 512, K = 4 × 4, 64 channels at all 5 resolutions (ch_mult 1), 2 residual blocks per
+# resolution (3 in the decoder), attention at 16×16 and 8×8, a 512-channel map before the
+# codebook, GroupNorm 32; Adam 1e-4, clip 10 (no weight decay); 256 frames per update.
+_IRIS_TOKENIZER = TokenizerSpec(
+    arch="iris", vocab_size=512, embed_dim=512, tokens_per_side=4, channels=64, ch_mult=(1, 1, 1, 1, 1),
+    num_res_blocks=2, attn_resolutions=(16, 8), z_channels=512, groups=32, beta=1.0,
+    optim=OptimSpec(lr=1e-4, weight_decay=0.0, clip=10.0),
+)
+
+
+
 class IrisSpec(WorldModelSpec):
     """Hyperparameters of IRIS (defaults: IRIS's Atari 100k configuration)."""
 
     tokenizer: TokenizerSpec = Field(
-        default_factory=lambda: TokenizerSpec(tokens_per_side=4), description="the VQ-VAE tokenizer V"
+        default_factory=lambda: _IRIS_TOKENIZER, description="the VQ-VAE tokenizer V (appendix A)"
     )
     layers: int = Field(10, ge=1, le=64, description="transformer blocks")
     embed_dim: int = Field(256, ge=8, le=4096, description="transformer width d")
@@ -75,7 +87,8 @@ class IrisSpec(WorldModelSpec):
         0, ge=0, description="tokenizer updates before the world model starts training (table 3 schedule)"
     )
     burn_in: int = Field(
-        20, ge=0, le=1024, description="real frames before each imagination start given to the policy to burn in"
+        20, ge=0, le=1024,
+        description="real frames before each imagination start given to the policy to burn in (at most seq_len - 1)",
     )
     optim: OptimSpec = Field(
         default_factory=lambda: OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0),
@@ -86,6 +99,11 @@ class IrisSpec(WorldModelSpec):
     def _heads_divide(self) -> IrisSpec:
         if self.embed_dim % self.heads:
             raise ValueError(f"embed_dim {self.embed_dim} must be divisible by heads {self.heads}")
+        if self.burn_in > self.seq_len - 1:  # imagination starts at a segment's last frame
+            raise ValueError(
+                f"burn_in {self.burn_in} needs segments of burn_in + 1 steps; set seq_len >= {self.burn_in + 1} "
+                f"or burn_in <= {self.seq_len - 1}"
+            )
         return self
 
 
@@ -331,14 +349,6 @@ class IrisWorldModel(WorldModel):
 
 # --------------------------------------------------------------------------- presets
 
-# IRIS's tokenizer (its appendix A / config tokenizer.yaml): N = 512 codes of d = 512, K = 4 × 4,
-# base 64 channels at every level (ch_mult 1), 2 residual blocks per level, GroupNorm 32; Adam 1e-4,
-# clip 10 (no weight decay); 256 frames per update.
-_IRIS_TOKENIZER = TokenizerSpec(
-    vocab_size=512, embed_dim=512, tokens_per_side=4, channels=64, ch_mult=(1, 1, 1, 1, 1),
-    num_res_blocks=2, groups=32, beta=1.0, optim=OptimSpec(lr=1e-4, weight_decay=0.0, clip=10.0),
-)
-
 PRESETS: dict[str, IrisSpec] = {
     # CPU tests and the tiny end-to-end run: K = 4 tokens, a 2-layer GPT of width 32; 4 × 32
     # steps per update (trained as 16 windows of 8) keep updates per env step few.
@@ -346,8 +356,8 @@ PRESETS: dict[str, IrisSpec] = {
         batch_size=4, seq_len=32, layers=2, embed_dim=32, heads=2, dropout=0.0, max_blocks=8,
         tokenizer_frames=8, burn_in=4,
         tokenizer=TokenizerSpec(
-            vocab_size=32, embed_dim=16, tokens_per_side=2, channels=4, ch_mult=(1, 2, 4),
-            optim=OptimSpec(lr=1e-3, clip=10.0),
+            arch="iris", vocab_size=32, embed_dim=16, tokens_per_side=2, channels=4, ch_mult=(1, 2, 4),
+            num_res_blocks=1, attn_resolutions=(4,), optim=OptimSpec(lr=1e-3, clip=10.0),
         ),
         optim=OptimSpec(lr=1e-3, clip=10.0),
     ),
@@ -356,16 +366,18 @@ PRESETS: dict[str, IrisSpec] = {
         batch_size=16, seq_len=16, layers=3, embed_dim=128, heads=4, dropout=0.1, max_blocks=16,
         tokenizer_frames=64, burn_in=8,
         tokenizer=TokenizerSpec(
-            vocab_size=256, embed_dim=64, tokens_per_side=4, channels=16, ch_mult=(1, 2, 4),
-            optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=10.0),
+            arch="iris", vocab_size=256, embed_dim=64, tokens_per_side=4, channels=16, ch_mult=(1, 2, 4),
+            num_res_blocks=1, attn_resolutions=(8,), optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=10.0),
         ),
         optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=10.0),
     ),
     # IRIS (Micheli et al. 2023, appendix B and config): 10 layers, 4 heads, d 256, dropout 0.1,
-    # 20 blocks of 17 tokens; batch 64 × 20; AdamW lr 1e-4, wd 0.01, clip 10; world model from
-    # epoch 25, tokenizer from epoch 5: 20 epochs × 200 tokenizer steps before it; burn-in 20.
+    # 20 blocks of 17 tokens; AdamW lr 1e-4, wd 0.01, clip 10; world model from epoch 25,
+    # tokenizer from epoch 5: 20 epochs × 200 tokenizer steps before it. Segments of 21 steps,
+    # IRIS's actor-critic segments: G trains on the first 20 (its 64 × 20 batch), the 21st
+    # starts imagination after a burn-in of the 20 before it.
     "paper": IrisSpec(
-        batch_size=64, seq_len=20, layers=10, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
+        batch_size=64, seq_len=21, layers=10, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
         tokenizer_frames=256, world_model_start=4000, burn_in=20, tokenizer=_IRIS_TOKENIZER,
         optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0),
     ),
@@ -373,20 +385,21 @@ PRESETS: dict[str, IrisSpec] = {
     # K = 64, N = 512, d = 256; table 3: batch 128, lr 1e-4, wd 0.01, clip 10) and REM's world-model
     # size (table 7: 5 layers, 4 heads, d 256, dropout 0.1) and optimisation (table 3: batch 64,
     # lr 2e-4, wd 0.05, clip 100; start after epochs 5 / 25 → 4000 tokenizer updates first);
-    # 10-step segments as REM trains (its code); IRIS's 20-block context and burn-in.
+    # 10-step segments as REM trains (its code), so a burn-in of the 9 steps before each start;
+    # IRIS's 20-block context.
     "rem-config": IrisSpec(
         batch_size=64, seq_len=10, layers=5, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
-        tokenizer_frames=128, world_model_start=4000, burn_in=20, tokenizer=TokenizerSpec(),
+        tokenizer_frames=128, world_model_start=4000, burn_in=9, tokenizer=TokenizerSpec(),
         optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),
     ),
 }
 
 # The run presets whose trainer schedule is IRIS's (appendix B and its config) or REM's (table 3)
 # (`--set train.…` still wins). An epoch is 200 env steps, then 200 updates of each component:
-# one world-model update per env step (train_ratio = its batch, 64 x 20 replayed steps); with
+# one world-model update per env step (train_ratio = its batch, 64 x 21 replayed steps); with
 # rem-config, REM's 64 x 10 batch and 100 actor-critic updates per epoch. 600 epochs of which the
 # last 100 collect nothing.
-_IRIS_SCHEDULE = {"train_ratio": 64 * 20, "policy_every": 1, "final_updates": 100 * 200}
+_IRIS_SCHEDULE = {"train_ratio": 64 * 21, "policy_every": 1, "final_updates": 100 * 200}
 _REM_SCHEDULE = {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200}
 RUN_PRESETS: dict[str, RunPreset] = {
     "paper": RunPreset(model="paper", policy="paper", train="paper", schedule=_IRIS_SCHEDULE),

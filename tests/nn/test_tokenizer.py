@@ -20,12 +20,13 @@ def _obs(*lead: int, size: int = 32, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 256, (*lead, 3, size, size), generator=g, dtype=torch.uint8)
 
 
-@given(side=st.sampled_from([2, 4, 8]), size=st.sampled_from([16, 32, 64]), res=st.integers(0, 1))
-@settings(max_examples=8, deadline=None)
-def test_shapes(side: int, size: int, res: int) -> None:
+@given(side=st.sampled_from([2, 4, 8]), size=st.sampled_from([16, 32, 64]), iris=st.booleans())
+@settings(max_examples=10, deadline=None)
+def test_shapes(side: int, size: int, iris: bool) -> None:
     if size < side * 2:
         return
-    spec = TINY.model_copy(update={"tokens_per_side": side, "num_res_blocks": res})
+    arch = {"arch": "iris", "num_res_blocks": 1, "attn_resolutions": (side,)} if iris else {}
+    spec = TokenizerSpec.model_validate({**TINY.model_dump(), "tokens_per_side": side, **arch})
     tok = Tokenizer(spec, (3, size, size))
     obs = _obs(2, 3, size=size)
     tokens = tok.encode(obs)
@@ -48,6 +49,35 @@ def test_rem_defaults_match_table_4() -> None:
         x = block(x)
         assert x.shape[1:] == shape
     assert 3.1e6 < sum(p.numel() for p in tok.parameters()) < 3.3e6
+
+
+def test_iris_nets_are_iris_appendix_a() -> None:
+    # Catches: IRIS's tokenizer built as the REM/IRIS hybrid (no attention, 2 decoder blocks per
+    # level, 64 channels before the codebook): 2.48M parameters instead of the official 4.03M.
+    from wmzoo.nn.tokenizer import Attention
+    from wmzoo_plugins.iris import PRESETS
+
+    tok = Tokenizer(PRESETS["paper"].tokenizer, (3, 64, 64))
+    # 4,027,523: the official encoder, decoder, codebook and 1×1 convs at config tokenizer/default.yaml
+    assert sum(p.numel() for p in tok.parameters()) == 4_027_523
+    sides, side = [], 64  # the feature-map side at each attention block of the encoder
+    for layer in tok.encoder.net:
+        side //= 2 if type(layer).__name__ == "_Halve" else 1
+        if isinstance(layer, Attention):
+            sides.append(side)
+    assert sides == [16, 16, 8, 8, 4]  # after each of 2 blocks at 16 and 8, and the middle one
+    assert tok.encoder.net[-1].in_channels == 512  # the 512-channel map before the codebook
+    blocks = [type(m).__name__ for m in tok.decoder.net]
+    assert blocks.count("ResBlock") == 2 + 3 * 5 and blocks.count("Attention") == 1 + 3 * 2
+    assert blocks[2:5] == ["ResBlock", "Attention", "ResBlock"]  # the middle, before any upsampling
+
+
+def test_rem_arch_has_no_residual_or_attention_blocks() -> None:
+    # Catches: the hybrid coming back through a REM spec with IRIS's blocks.
+    with pytest.raises(ValueError, match="arch=rem is REM's simplified CNN"):
+        TokenizerSpec(num_res_blocks=2)
+    with pytest.raises(ValueError, match="arch=rem"):
+        TokenizerSpec(attn_resolutions=(8,))
 
 
 def test_tokens_are_nearest_codes() -> None:

@@ -16,19 +16,28 @@ looks the codes up and runs the mirrored CNN. Training minimises equation 8::
 
 with the straight-through estimator for the gradient into the encoder.
 
-Architecture (REM table 4): a 3×3 conv to ``channels``, then per downsampling level
-``GN(8) → SiLU → 3×3 stride-2 conv (padding 1 on the right and bottom only) → 3×3 conv`` taking
-the channels from ``channels · ch_mult[i-1]`` to ``channels · ch_mult[i]``, then
-``GN → SiLU → 3×3 conv``; the decoder mirrors it with nearest-exact ×2 interpolation. As in both
-official codes (leor-c/REM, eloialonso/iris), 1×1 convolutions map to and from the code dimension
-around the quantiser. ``num_res_blocks > 0`` adds IRIS's residual blocks
-(``GN → SiLU → conv → GN → SiLU → conv`` plus the input) at every level.
+Two architectures (``arch``), each as its paper's code builds it:
+
+* ``rem`` (REM table 4, its simplified CNN): a 3×3 conv to ``channels``, then per downsampling
+  level ``GN(8) → SiLU → 3×3 stride-2 conv (padding 1 on the right and bottom only) → 3×3 conv``
+  taking the channels from ``channels · ch_mult[i-1]`` to ``channels · ch_mult[i]``, then
+  ``GN → SiLU → 3×3 conv``; the decoder mirrors it with nearest-exact ×2 interpolation. No
+  residual and no attention blocks.
+* ``iris`` (IRIS appendix A: VQGAN's encoder and decoder, Esser et al. 2021, without the
+  discriminator): a 3×3 conv to ``channels``; at each resolution ``num_res_blocks`` residual
+  blocks (``GN → SiLU → conv → GN → SiLU → conv`` plus the input), each followed by a
+  self-attention block where the resolution is in ``attn_resolutions``, then (except at the
+  last) a stride-2 3×3 conv padded right and bottom; a middle ``ResBlock → Attn → ResBlock``;
+  ``GN → SiLU → 3×3 conv`` to ``z_channels``. The decoder: a 3×3 conv from ``z_channels``, the
+  middle blocks, then per resolution (coarsest first) ``num_res_blocks + 1`` residual blocks
+  (with attention where listed) and a nearest ×2 + 3×3 conv upsampling, ``GN → SiLU → conv``.
+
+In both, as in both official codes (leor-c/REM, eloialonso/iris), 1×1 convolutions map to and
+from the code dimension around the quantiser.
 
 Deviations (named):
     * The number of downsampling levels follows the image: ``log2(H / tokens_per_side)``; levels
       beyond ``ch_mult`` reuse its last multiplier, so one spec serves 32×32 and 64×64 images.
-    * IRIS's self-attention blocks at 16×16 and 8×8 are not built (REM's simplified tokenizer has
-      none either).
     * The perceptual term (LPIPS on VGG16, Zhang et al. 2018) needs pretrained weights that wmzoo
       cannot download: it is off by default (``perceptual_weight = 0``) and reads the weights from
       the local file ``perceptual_weights`` when given (:class:`LPIPS`).
@@ -43,7 +52,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from wmzoo.errors import SpecError, WmzooError
@@ -67,8 +76,18 @@ class TokenizerSpec(Spec):
         description="channel multiplier per level (level 0 before any downsampling); levels "
         "beyond the tuple reuse its last value",
     )
+    arch: Literal["rem", "iris"] = Field(
+        "rem", description="encoder/decoder: REM's simplified CNN (table 4) or IRIS's VQGAN nets (appendix A)"
+    )
     num_res_blocks: int = Field(
-        0, ge=0, le=8, description="IRIS residual blocks per level (0: REM's simplified CNN)"
+        0, ge=0, le=8, description="arch=iris: residual blocks per resolution (IRIS 2; the decoder has one more)"
+    )
+    attn_resolutions: tuple[int, ...] = Field(
+        (), description="arch=iris: feature-map sides with self-attention after each residual block (IRIS 16, 8)"
+    )
+    z_channels: int | None = Field(
+        None, ge=1, le=4096,
+        description="channels of the map before the pre-quantisation 1×1 conv (IRIS 512; None: the last level's)",
     )
     groups: int = Field(8, ge=1, le=64, description="GroupNorm groups (REM 8, IRIS 32)")
     beta: float = Field(1.0, ge=0, le=100, description="β: commitment weight of equation 8")
@@ -85,6 +104,15 @@ class TokenizerSpec(Spec):
         default_factory=lambda: OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0),
         description="tokenizer optimizer (REM table 3: lr 1e-4, wd 0.01, clip 10)",
     )
+
+    @model_validator(mode="after")
+    def _rem_is_simplified(self) -> TokenizerSpec:
+        if self.arch == "rem" and (self.num_res_blocks or self.attn_resolutions):
+            raise ValueError(
+                "arch=rem is REM's simplified CNN, without residual or attention blocks; "
+                "set num_res_blocks=0 and attn_resolutions=[] or use arch=iris"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -156,7 +184,7 @@ def _levels(obs_shape: tuple[int, int, int], tokens_per_side: int) -> int:
 
 
 class TokenEncoder(nn.Module):
-    """``float [N, C, H, W]`` in ``[-1, 1]`` → pre-quantisation vectors ``[N, d, s, s]``."""
+    """REM's encoder: ``float [N, C, H, W]`` in ``[-1, 1]`` → pre-quantisation vectors ``[N, d, s, s]``."""
 
     def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
         super().__init__()
@@ -164,11 +192,10 @@ class TokenEncoder(nn.Module):
         chans = _level_channels(spec, levels)
         layers: list[nn.Module] = [nn.Conv2d(obs_shape[0], chans[0], 3, 1, 1)]
         for i in range(levels):
-            layers += [ResBlock(chans[i], chans[i], spec.groups) for _ in range(spec.num_res_blocks)]
             layers.append(Downsample(chans[i], chans[i + 1], spec.groups))
-        layers += [ResBlock(chans[-1], chans[-1], spec.groups) for _ in range(spec.num_res_blocks)]
-        layers += [_norm(chans[-1], spec.groups), nn.SiLU(), nn.Conv2d(chans[-1], chans[-1], 3, 1, 1)]
-        layers.append(nn.Conv2d(chans[-1], spec.embed_dim, 1))  # pre-quantisation 1×1 conv
+        z = spec.z_channels or chans[-1]
+        layers += [_norm(chans[-1], spec.groups), nn.SiLU(), nn.Conv2d(chans[-1], z, 3, 1, 1)]
+        layers.append(nn.Conv2d(z, spec.embed_dim, 1))  # pre-quantisation 1×1 conv
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -176,25 +203,118 @@ class TokenEncoder(nn.Module):
 
 
 class TokenDecoder(nn.Module):
-    """Code vectors ``[N, d, s, s]`` → image ``[N, C, H, W]`` in ``[-1, 1]`` scale (unclamped)."""
+    """REM's decoder: code vectors ``[N, d, s, s]`` → image ``[N, C, H, W]`` in ``[-1, 1]`` scale (unclamped)."""
 
     def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
         super().__init__()
         levels = _levels(obs_shape, spec.tokens_per_side)
         chans = _level_channels(spec, levels)[::-1]
+        z = spec.z_channels or chans[0]
         layers: list[nn.Module] = [
-            nn.Conv2d(spec.embed_dim, chans[0], 1),  # post-quantisation 1×1 conv
-            nn.Conv2d(chans[0], chans[0], 3, 1, 1),
+            nn.Conv2d(spec.embed_dim, z, 1),  # post-quantisation 1×1 conv
+            nn.Conv2d(z, chans[0], 3, 1, 1),
         ]
         for i in range(levels):
-            layers += [ResBlock(chans[i], chans[i], spec.groups) for _ in range(spec.num_res_blocks)]
             layers.append(Upsample(chans[i], chans[i + 1], spec.groups))
-        layers += [ResBlock(chans[-1], chans[-1], spec.groups) for _ in range(spec.num_res_blocks)]
         layers += [_norm(chans[-1], spec.groups), nn.SiLU(), nn.Conv2d(chans[-1], obs_shape[0], 3, 1, 1)]
         self.net = nn.Sequential(*layers)
 
     def forward(self, z: Tensor) -> Tensor:
         return self.net(z)
+
+
+class Attention(nn.Module):
+    """VQGAN's AttnBlock: ``x + proj(softmax(q kᵀ / √c) v)`` over the ``H·W`` positions, with
+    ``q, k, v`` 1×1 convs of ``GN(x)`` (one head)."""
+
+    def __init__(self, channels: int, groups: int) -> None:
+        super().__init__()
+        self.norm = _norm(channels, groups)
+        self.qkv = nn.Conv2d(channels, 3 * channels, 1)
+        self.proj = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n, c, h, w = x.shape
+        q, k, v = self.qkv(self.norm(x)).reshape(n, 3, c, h * w).transpose(2, 3).unbind(1)
+        y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]  # [n, hw, c]
+        return x + self.proj(y.transpose(1, 2).reshape(n, c, h, w))
+
+
+def _stage(c_in: int, c_out: int, blocks: int, attention: bool, groups: int) -> list[nn.Module]:
+    """``blocks`` residual blocks (the first ``c_in → c_out``), each followed by attention if asked."""
+    layers: list[nn.Module] = []
+    for i in range(blocks):
+        layers.append(ResBlock(c_in if i == 0 else c_out, c_out, groups))
+        if attention:
+            layers.append(Attention(c_out, groups))
+    return layers
+
+
+def _middle(channels: int, groups: int) -> list[nn.Module]:
+    return [ResBlock(channels, channels, groups), Attention(channels, groups), ResBlock(channels, channels, groups)]
+
+
+class IrisEncoder(nn.Module):
+    """IRIS's (VQGAN's) encoder: ``float [N, C, H, W]`` in ``[-1, 1]`` → ``[N, d, s, s]``."""
+
+    def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        levels = _levels(obs_shape, spec.tokens_per_side)
+        chans, g = _level_channels(spec, levels), spec.groups
+        side = obs_shape[1]
+        layers: list[nn.Module] = [nn.Conv2d(obs_shape[0], chans[0], 3, 1, 1)]
+        c = chans[0]
+        for i in range(levels + 1):  # IRIS: 5 resolutions 64 … 4
+            layers += _stage(c, chans[i], spec.num_res_blocks, side in spec.attn_resolutions, g)
+            c = chans[i]
+            if i < levels:
+                layers.append(_Halve(c))
+                side //= 2
+        z = spec.z_channels or c
+        layers += [*_middle(c, g), _norm(c, g), nn.SiLU(), nn.Conv2d(c, z, 3, 1, 1)]
+        layers.append(nn.Conv2d(z, spec.embed_dim, 1))  # pre-quantisation 1×1 conv
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class IrisDecoder(nn.Module):
+    """IRIS's (VQGAN's) decoder: ``[N, d, s, s]`` → image ``[N, C, H, W]`` in ``[-1, 1]`` scale."""
+
+    def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
+        super().__init__()
+        levels = _levels(obs_shape, spec.tokens_per_side)
+        chans, g = _level_channels(spec, levels)[::-1], spec.groups
+        side = spec.tokens_per_side
+        z = spec.z_channels or chans[0]
+        layers: list[nn.Module] = [
+            nn.Conv2d(spec.embed_dim, z, 1),  # post-quantisation 1×1 conv
+            nn.Conv2d(z, chans[0], 3, 1, 1), *_middle(chans[0], g),
+        ]
+        c = chans[0]
+        for i in range(levels + 1):
+            layers += _stage(c, chans[i], spec.num_res_blocks + 1, side in spec.attn_resolutions, g)
+            c = chans[i]
+            if i < levels:
+                layers += [nn.Upsample(scale_factor=2.0, mode="nearest"), nn.Conv2d(c, c, 3, 1, 1)]
+                side *= 2
+        layers += [_norm(c, g), nn.SiLU(), nn.Conv2d(c, obs_shape[0], 3, 1, 1)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.net(z)
+
+
+class _Halve(nn.Module):
+    """VQGAN's Downsample: pad right and bottom by one, 3×3 stride-2 conv (channels kept)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, 2, 0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(F.pad(x, (0, 1, 0, 1)))
 
 
 # --------------------------------------------------------------------------- perceptual loss
@@ -293,8 +413,9 @@ class Tokenizer(nn.Module):
         self.side = spec.tokens_per_side
         self.num_tokens = self.side**2
         self.vocab_size = spec.vocab_size
-        self.encoder = TokenEncoder(spec, self.obs_shape)
-        self.decoder = TokenDecoder(spec, self.obs_shape)
+        iris = spec.arch == "iris"
+        self.encoder = (IrisEncoder if iris else TokenEncoder)(spec, self.obs_shape)
+        self.decoder = (IrisDecoder if iris else TokenDecoder)(spec, self.obs_shape)
         # channels-last convolutions: ~20 % faster on CPU for IRIS's 64-channel CNN (as wmzoo.nn.cnn)
         self.encoder.to(memory_format=torch.channels_last)
         self.decoder.to(memory_format=torch.channels_last)
