@@ -17,7 +17,8 @@ episode starts (:meth:`IrisActorCritic.burn_in`, fed by the world model's ``Trai
 
 The losses are :func:`wmzoo.agents.returns.reinforce_losses`, shared with REM's ``rem-ac``.
 Deviations: the losses are weighted by the imagination engine's termination weights (products of
-continues) where IRIS masks steps after a sampled end, and divided by the total weight.
+continues) and divided by the total weight, where IRIS's code takes plain means over every imagined
+step (a sampled end only cuts the bootstrap).
 """
 
 from __future__ import annotations

@@ -58,8 +58,10 @@ def reinforce_losses(
     ``logits [H, B, A]`` are the actor's at states ``0 .. H − 1``, ``values [H + 1, B]`` the
     critic's at states ``0 .. H``; ``trajectory`` gives the actions, rewards, continues and the
     termination weights ``w = trajectory.weights[:-1]`` (products of continues). Deviation from both
-    papers, which mask the steps after a sampled end: every term is weighted by ``w`` and the sums
-    are divided by the total weight ``N``, so a mean over live steps. Gradients reach ``logits``
+    official codes, which take plain means over every imagined step and batch row (a sampled end
+    only cuts the bootstrap, through ``ĉ`` in ``G_t``): every term is weighted by ``w`` and the sums
+    are divided by the total weight ``N``, a mean over live steps, so steps after a predicted end
+    teach nothing. Gradients reach ``logits``
     and ``values`` only; returns and advantages are computed without gradient. Metrics:
     ``actor_loss`` (the policy-gradient term, without the entropy bonus), ``critic_loss``, and
     the unweighted means ``entropy``, ``return_mean``, ``value_mean``.
