@@ -184,3 +184,74 @@ def test_paper_presets_sizes() -> None:
     rem = IrisWorldModel(PRESETS["rem-config"], env)
     assert rem.K == 64 and rem.tokenizer.embedding.weight.shape == (512, 256)
     assert len(rem.transformer.blocks) == 5
+
+
+def test_teacher_forced_imagination_reproduces_the_training_forward(monkeypatch) -> None:
+    # Feeding the recorded tokens through imagine_step (a sampler that records the logits it is
+    # given and returns the recorded token) must reproduce the training forward's predictions:
+    # reward and termination at a_t, z_{t+1}^1 at a_t, z_{t+1}^k at z_{t+1}^{k-1} (K = 4).
+    # Catches: reward/termination read one step (block) late or at a token instead of the action,
+    # an observation target shifted by one, imagination predicting before the action is absorbed,
+    # tokens fed back in another order than sampled.
+    import wmzoo_plugins.iris.model as iris_model
+
+    wm, steps, B = _model(side=2, max_blocks=6, seed=3), 3, 2
+    K = wm.K
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(16, (B, steps + 1, K), generator=g)
+    action = torch.randint(3, (B, steps + 1), generator=g)
+    with torch.no_grad():
+        out = wm.sequence(tokens, action)  # [B, T, K + 1, d]
+    seen: list[torch.Tensor] = []
+    script: list[torch.Tensor] = []
+
+    def sampler(logits: torch.Tensor) -> torch.Tensor:
+        seen.append(logits)
+        return script.pop(0)
+
+    monkeypatch.setattr(iris_model, "_sample", sampler)
+    state = wm._state_from_tokens(tokens[:, 0])
+    for t in range(steps):
+        reward_class, end_class = torch.tensor([2, 0]), torch.tensor([0, 1])
+        script[:] = [reward_class, end_class, *tokens[:, t + 1].unbind(1)]
+        seen.clear()
+        step = wm.imagine_step(state, action[:, t])
+        with torch.no_grad():
+            torch.testing.assert_close(seen[0], wm.head_reward(out[:, t, -1]), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(seen[1], wm.head_end(out[:, t, -1]), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(seen[2], wm.head_obs(out[:, t, -1]), atol=1e-5, rtol=1e-5)
+            for k in range(1, K):
+                torch.testing.assert_close(seen[2 + k], wm.head_obs(out[:, t + 1, k - 1]), atol=1e-5, rtol=1e-5)
+        assert torch.equal(step.reward, torch.tensor([1.0, -1.0]))  # class c is reward c - 1
+        assert torch.equal(step.cont, torch.tensor([1.0, 0.0]))  # class 1 is an end
+        assert torch.equal(step.state["tokens"], tokens[:, t + 1])
+        state = step.state
+
+
+def test_world_model_loss_targets_by_hand() -> None:
+    # Which position predicts which token, with K = 4: the loss equals cross-entropies computed
+    # here position by position. Catches: targets shifted by one token or one step, the last
+    # token of a frame predicting the next frame's first (it is the action's job), within-frame
+    # targets leaking the token they predict.
+    wm = _model(side=2, max_blocks=4, seed=5)
+    torch.manual_seed(5)
+    batch = synthetic_batch(ENV, 2, 4, torch.device("cpu"))
+    batch.is_first[:] = False
+    batch.terminal[:] = False
+    batch.reward[:] = torch.tensor([[1.0, 0.0, -2.0, 0.0], [0.0, 3.0, 0.0, 0.0]])
+    with torch.no_grad():
+        tokens = wm.tokenizer.encode(batch.obs)
+        loss, _ = wm._world_model_loss(batch, tokens)
+        out = wm.sequence(tokens, batch.action)
+        F = torch.nn.functional
+        obs_terms = []
+        for t in range(4):
+            for k in range(1, wm.K):  # z_t^{k+1} from the output at z_t^k
+                obs_terms.append(F.cross_entropy(wm.head_obs(out[:, t, k - 1]), tokens[:, t, k], reduction="none"))
+            if t + 1 < 4:  # z_{t+1}^1 from the output at a_t
+                obs_terms.append(F.cross_entropy(wm.head_obs(out[:, t, -1]), tokens[:, t + 1, 0], reduction="none"))
+        obs = torch.stack(obs_terms).mean()
+        sign = (torch.sign(batch.reward[:, :3]) + 1).long()  # reward[t] follows a_t
+        reward = torch.stack([F.cross_entropy(wm.head_reward(out[:, t, -1]), sign[:, t], reduction="none") for t in range(3)]).mean()
+        end = torch.stack([F.cross_entropy(wm.head_end(out[:, t, -1]), torch.zeros(2, dtype=torch.long), reduction="none") for t in range(3)]).mean()
+    assert loss.item() == pytest.approx((obs + reward + end).item(), rel=1e-5)

@@ -152,3 +152,85 @@ def test_paper_preset_matches_tables():
     retnet = sum(p.numel() for p in wm.retnet.parameters())
     # per layer: qkv 3·(256² + 256) + gate, out 2·(256² + 256) + FFN 2·256·1024 + 1024 + 256 + 2 LayerNorms
     assert retnet == 5 * (5 * (256 * 256 + 256) + 2 * 256 * 1024 + 1024 + 256 + 4 * 256)
+
+
+def test_teacher_forced_imagination_reproduces_the_training_forward(monkeypatch):
+    # From the same history, imagine_step fed the recorded tokens (a sampler that returns them)
+    # gives the training forward's predictions: reward and termination at a_t's action token,
+    # the logits of z_{t+1} from the prediction tokens after (z_t, a_t) is absorbed.
+    # Catches: reward/termination read one block late or before the block is absorbed, POP
+    # reading the state before instead of after the update, the imagined reward's sign inverted,
+    # tokens fed back transposed or shifted.
+    wm, T, B = _model(3), 4, 2
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(wm.tokenizer.vocab_size, (B, T, wm.num_tokens), generator=g)
+    action = torch.randint(3, (B, T), generator=g)
+    with torch.no_grad():
+        real, pred = wm.pop_forward(tokens, action, torch.zeros(B, T, dtype=torch.bool))
+    seen: list[torch.Tensor] = []
+    script: list[torch.Tensor] = []
+
+    class Recorded:
+        def __init__(self, logits: torch.Tensor) -> None:
+            seen.append(logits)
+
+        def sample(self) -> torch.Tensor:
+            return script.pop(0)
+
+    monkeypatch.setattr(torch.distributions, "Categorical", Recorded)
+    state = {"retnet": wm.retnet.initial_state(B), "tokens": tokens[:, 0], "valid": torch.ones(B)}
+    with torch.no_grad():
+        for t in range(T - 1):
+            script[:], seen[:] = [tokens[:, t + 1]], []
+            step = wm.imagine_step(state, action[:, t])
+            probs = wm.reward_head(real[:, t, -1]).softmax(-1)
+            torch.testing.assert_close(step.reward, probs[:, 2] - probs[:, 0], atol=1e-5, rtol=1e-4)
+            p_end = torch.sigmoid(wm.end_head(real[:, t, -1]).squeeze(-1))
+            torch.testing.assert_close(step.cont, 1 - p_end, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(seen[0], wm.obs_head(pred[:, t + 1]), atol=1e-4, rtol=1e-4)
+            assert torch.equal(step.state["tokens"], tokens[:, t + 1])
+            state = step.state
+
+
+def test_imagined_reward_is_positive_for_the_positive_class():
+    # Catches: the expectation p(+1) − p(−1) written the other way round (class 0 is −1).
+    wm = _model(0)
+    with torch.no_grad():
+        wm.reward_head[-1].weight.zero_()  # the logits are the bias: class 2 (reward +1) dominates
+        wm.reward_head[-1].bias.copy_(torch.tensor([0.0, 0.0, 5.0]))
+        start = {"retnet": wm.retnet.initial_state(2), "tokens": torch.zeros(2, wm.num_tokens, dtype=torch.long), "valid": torch.ones(2)}
+        step = wm.imagine_step(start, torch.zeros(2, dtype=torch.long))
+    assert (step.reward > 0.9).all()
+
+
+def test_world_model_loss_targets_by_hand():
+    # Which output predicts what, with K = 16: prediction token k of block t predicts z_t^k
+    # (blocks 1.. only: block 0 has no history), the action token of block t predicts reward[t]
+    # (sign class) and terminal[t], for t <= T - 2. Catches: targets shifted one block, rewards
+    # read one block late, the reward's sign classes flipped, the termination target inverted.
+    import torch.nn.functional as F
+
+    wm = _model(7)
+    batch = _batch(7, 2, 4, False)
+    batch.reward[:] = torch.tensor([[1.0, 0.0, -2.0, 0.0], [0.0, 3.0, 0.0, 0.0]])
+    batch.terminal[:] = False
+    batch.terminal[1, 2] = True
+    with torch.no_grad():
+        out = wm.loss(batch)
+        tokens = wm.tokenizer.encode(batch.obs)
+        real, pred = wm.pop_forward(tokens, batch.action, batch.is_first)
+        obs = torch.stack([
+            F.cross_entropy(wm.obs_head(pred[b, t]), tokens[b, t]) for b in range(2) for t in range(1, 4)
+        ]).mean()
+        sign = {1.0: 2, 0.0: 1, -2.0: 0, 3.0: 2}
+        reward = torch.stack([
+            F.cross_entropy(wm.reward_head(real[b, t, -1])[None], torch.tensor([sign[float(batch.reward[b, t])]]))
+            for b in range(2) for t in range(3)
+        ]).mean()
+        end = torch.stack([
+            F.binary_cross_entropy_with_logits(wm.end_head(real[b, t, -1]), batch.terminal[b, t, None].float())
+            for b in range(2) for t in range(3)
+        ]).mean()
+    assert out.metrics["world_model/obs_loss"] == pytest.approx(obs.item(), rel=1e-4)
+    assert out.metrics["world_model/reward_loss"] == pytest.approx(reward.item(), rel=1e-4)
+    assert out.metrics["world_model/end_loss"] == pytest.approx(end.item(), rel=1e-4)
