@@ -140,7 +140,7 @@ class REMWorldModel(WorldModel):
     def embed_blocks(self, tokens: Tensor, action: Tensor) -> Tensor:
         """Blocks ``(z_t, a_t)`` → embeddings ``[N, T·(K+1), d]``; obs tokens use V's code
         vectors without gradient (section 2.1), actions M's own table."""
-        obs = F.embedding(tokens, self.tokenizer.embedding.weight.detach())  # [N, T, K, d]
+        obs = F.embedding(tokens, self.tokenizer.codebook.detach())  # [N, T, K, d]
         act = self.action_embed(action.long())[..., None, :]
         return torch.cat([obs, act], -2).flatten(-3, -2)
 

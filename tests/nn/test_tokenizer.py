@@ -41,7 +41,7 @@ def test_shapes(side: int, size: int, iris: bool) -> None:
 
 def test_rem_defaults_match_table_4() -> None:
     tok = Tokenizer(TokenizerSpec(), (3, 64, 64))
-    assert tok.num_tokens == 64 and tok.embedding.weight.shape == (512, 256)
+    assert tok.num_tokens == 64 and tok.codebook.shape == (512, 256)
     # encoder: conv -> 32 @64, then 64 @32, 128 @16, 256 @8 (table 4); "3.2M params" (REM code)
     x = tok.encoder.net[0](torch.zeros(1, 3, 64, 64))
     assert x.shape == (1, 32, 64, 64)
@@ -84,7 +84,7 @@ def test_tokens_are_nearest_codes() -> None:
     tok = Tokenizer(TINY, (3, 32, 32))
     obs = _obs(5)
     h, tokens = tok._encode_vectors(obs)
-    dist = torch.cdist(h, tok.embedding.weight.expand(5, -1, -1))
+    dist = torch.cdist(h, tok.codebook.expand(5, -1, -1))
     assert torch.equal(tokens, dist.argmin(-1))
 
 
@@ -94,14 +94,14 @@ def test_loss_matches_equation_8_and_straight_through() -> None:
     obs = _obs(4)
     loss, metrics = tok.loss(obs)
     h, tokens = tok._encode_vectors(obs)
-    e = tok.embedding(tokens)
+    e = tok.embed(tokens)
     recon = (tok.preprocess(obs) - tok._decode_vectors(e)).abs().mean()
     mse = (h - e).pow(2).mean()
     assert loss.item() == pytest.approx((recon + mse + 0.25 * mse).item(), rel=1e-5)
     assert metrics["tokenizer/recon"] == pytest.approx(recon.item(), rel=1e-5)
     loss.backward()
     # gradients reach the encoder (straight-through), the codebook and the decoder
-    for part in (tok.encoder, tok.decoder, tok.embedding):
+    for part in (tok.encoder, tok.decoder, tok.quantizer):
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
 
 
@@ -165,7 +165,7 @@ def test_tokens_are_in_raster_order_and_decode_to_the_same_layout(arch: str) -> 
     tok = Tokenizer(spec, (3, 8, 8))
     tok.encoder, tok.decoder = torch.nn.Identity(), torch.nn.Identity()
     with torch.no_grad():
-        tok.embedding.weight.copy_(torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]))  # black, white
+        tok.codebook.copy_(torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]))  # black, white
     obs = torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
     obs[..., 1, 5] = obs[..., 6, 2] = obs[..., 0, 0:3] = 255  # no symmetry under transpose or flips
     tokens = tok.encode(obs)[0]

@@ -6,9 +6,11 @@ A plugin imports what it builds from here (``from wmzoo.nn import ConvEncoder, T
 - latent-state backbones: :class:`CategoricalLatent` with :func:`kl_loss` (KL balancing, free
   bits), :class:`LatentWorldModelSpec` and :class:`LatentWorldModel` (encoder → your dynamics →
   decoder + heads) with :func:`latent_objective`;
-- token backbones: the VQ :class:`Tokenizer` (:class:`TokenizerSpec`) and
-  :func:`next_token_accuracy`; a GPT (:class:`CausalTransformer` with a :class:`KVCache`,
-  :func:`init_gpt_weights`); a RetNet (:class:`RetNet`, :class:`RetNetSpec`: parallel, recurrent
+- token backbones: the VQ :class:`Tokenizer` (:class:`TokenizerSpec`: REM's or IRIS's nets) and
+  :func:`next_token_accuracy`; quantisers (:class:`VectorQuantizer`, the loss-trained codebook of
+  IRIS/REM; :class:`CosineEMAQuantizer`, Δ-IRIS's factorised cosine codebook with EMA updates and
+  dead-code revival; both return :class:`Quantized`); a GPT (:class:`CausalTransformer` with a
+  :class:`KVCache` and episode masks, :func:`init_gpt_weights`); a RetNet (:class:`RetNet`, :class:`RetNetSpec`: parallel, recurrent
   and chunkwise retention);
 - heads and targets: :class:`RewardContinueHeads` (two-hot reward, continue), :func:`encode_action`,
   :func:`reward_cont_targets`, :func:`start_conts`, :func:`masked_mean`;
@@ -27,6 +29,7 @@ from wmzoo.nn.distributions import (
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, reward_cont_targets, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
+from wmzoo.nn.quantizer import CosineEMAQuantizer, Quantized, VectorQuantizer
 from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.specs import LatentWorldModelSpec
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
@@ -39,18 +42,21 @@ __all__ = [
     "CausalTransformer",
     "ConvDecoder",
     "ConvEncoder",
+    "CosineEMAQuantizer",
     "KLSpec",
     "KVCache",
     "LatentWorldModel",
     "LatentWorldModelSpec",
     "NormedLinear",
     "OneHotCategoricalST",
+    "Quantized",
     "RetNet",
     "RetNetSpec",
     "RewardContinueHeads",
     "Tokenizer",
     "TokenizerSpec",
     "TwoHot",
+    "VectorQuantizer",
     "encode_action",
     "init_gpt_weights",
     "kl_loss",

@@ -56,6 +56,7 @@ from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from wmzoo.errors import SpecError, WmzooError
+from wmzoo.nn.quantizer import VectorQuantizer
 from wmzoo.specs import OptimSpec, Spec
 
 # --------------------------------------------------------------------------- spec
@@ -403,7 +404,8 @@ class LPIPS(nn.Module):
 class Tokenizer(nn.Module):
     """The VQ-VAE ``V``: ``encode`` images to ``K`` tokens, ``embed`` and ``decode`` tokens.
 
-    ``embedding`` is the codebook ``E`` ``[N, d]``; the world models read (and REM shares) it.
+    ``quantizer`` (:class:`~wmzoo.nn.quantizer.VectorQuantizer`) holds the codebook ``E``
+    ``[N, d]`` (``codebook``); the world models read (and REM shares) it.
     """
 
     def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
@@ -419,9 +421,8 @@ class Tokenizer(nn.Module):
         # channels-last convolutions: ~20 % faster on CPU for IRIS's 64-channel CNN (as wmzoo.nn.cnn)
         self.encoder.to(memory_format=torch.channels_last)
         self.decoder.to(memory_format=torch.channels_last)
-        self.embedding = nn.Embedding(spec.vocab_size, spec.embed_dim)
-        # IRIS's initialisation of the codebook: U(-1/N, 1/N)
-        nn.init.uniform_(self.embedding.weight, -1.0 / spec.vocab_size, 1.0 / spec.vocab_size)
+        self.quantizer = VectorQuantizer(spec.vocab_size, spec.embed_dim, spec.beta)
+        self._register_load_state_dict_pre_hook(_codebook_key)
         self._perceptual: list[LPIPS] = []  # a list: not a submodule, not in the state dict
         if spec.perceptual_weight > 0:
             if spec.perceptual_weights is None:
@@ -436,13 +437,14 @@ class Tokenizer(nn.Module):
         """``uint8`` pixels → float in ``[-1, 1]`` (IRIS's input scale)."""
         return obs.float().div(127.5).sub(1.0)
 
+    def _encoder_outputs(self, x: Tensor) -> Tensor:
+        """Preprocessed images ``[N, C, H, W]`` → encoder outputs ``h`` ``[N, K, d]`` in raster order."""
+        return self.encoder(x.contiguous(memory_format=torch.channels_last)).flatten(2).transpose(1, 2)
+
     def _encode_vectors(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """``uint8 [N, C, H, W]`` → encoder outputs ``h`` ``[N, K, d]`` and tokens ``[N, K]``."""
-        x = self.preprocess(obs).contiguous(memory_format=torch.channels_last)
-        h = self.encoder(x).flatten(2).transpose(1, 2)  # raster order
-        codes = self.embedding.weight
-        dist = (h.pow(2).sum(-1, keepdim=True) - 2 * h @ codes.t() + codes.pow(2).sum(-1))
-        return h, dist.argmin(-1)
+        h = self._encoder_outputs(self.preprocess(obs))
+        return h, self.quantizer.nearest(h)
 
     def encode(self, obs: Tensor) -> Tensor:
         """Tokens ``LongTensor [..., K]`` of ``uint8`` images ``[..., C, H, W]``."""
@@ -450,9 +452,14 @@ class Tokenizer(nn.Module):
         _, tokens = self._encode_vectors(obs.reshape(-1, *obs.shape[-3:]))
         return tokens.reshape(*lead, self.num_tokens)
 
+    @property
+    def codebook(self) -> Tensor:
+        """``E`` ``[N, d]``: the code vectors (a parameter, trained by :meth:`loss`)."""
+        return self.quantizer.codebook
+
     def embed(self, tokens: Tensor) -> Tensor:
         """Code vectors ``[..., K, d]`` of tokens ``[..., K]``."""
-        return self.embedding(tokens)
+        return self.quantizer.embed(tokens)
 
     def _decode_vectors(self, vectors: Tensor) -> Tensor:
         """Code vectors ``[N, K, d]`` → decoder output ``[N, C, H, W]`` in ``[-1, 1]`` scale."""
@@ -469,30 +476,27 @@ class Tokenizer(nn.Module):
     def loss(self, obs: Tensor) -> tuple[Tensor, dict[str, float]]:
         """Equation 8 on ``uint8`` images ``[N, C, H, W]``: the loss and its terms as floats."""
         x = self.preprocess(obs)
-        h, tokens = self._encode_vectors(obs)
-        e = self.embed(tokens)
-        codebook = (h.detach() - e).pow(2).mean()
-        commitment = (h - e.detach()).pow(2).mean()
-        quantized = h + (e - h).detach()  # straight-through estimator
-        recon_x = self._decode_vectors(quantized)
+        q = self.quantizer(self._encoder_outputs(x))  # codebook + β commitment, straight-through vectors
+        recon_x = self._decode_vectors(q.vectors)
         diff = x - recon_x
         recon = diff.abs().mean() if self.spec.recon == "l1" else diff.pow(2).mean()
-        total = recon + codebook + self.spec.beta * commitment
-        metrics = {
-            "tokenizer/recon": float(recon.detach()),
-            "tokenizer/codebook": float(codebook.detach()),
-            "tokenizer/commitment": float(commitment.detach()),
-        }
+        total = recon + q.loss
+        metrics = {"tokenizer/recon": float(recon.detach()), **{f"tokenizer/{k}": v for k, v in q.metrics.items()}}
         if self._perceptual:
             lpips = self._perceptual[0].to(x.device)
             perceptual = lpips(x, recon_x)
             total = total + self.spec.perceptual_weight * perceptual
             metrics["tokenizer/perceptual"] = float(perceptual.detach())
-        with torch.no_grad():
-            used = torch.bincount(tokens.flatten(), minlength=self.vocab_size).gt(0).sum()
-        metrics["tokenizer/codes_used"] = float(used)
         metrics["tokenizer/loss"] = float(total.detach())
         return total, metrics
+
+
+def _codebook_key(state: dict, prefix: str, *args: object) -> None:
+    """Checkpoints written before the quantiser moved into :mod:`wmzoo.nn.quantizer` hold the
+    codebook as ``<prefix>embedding.weight``: load it under its new name."""
+    old = f"{prefix}embedding.weight"
+    if old in state:
+        state[f"{prefix}quantizer.embedding.weight"] = state.pop(old)
 
 
 @torch.no_grad()

@@ -182,7 +182,7 @@ def test_paper_presets_sizes() -> None:
     # IRIS: 8.45M world-model parameters (10 layers, d 256, 340 positions, 512 + A token embeddings, heads)
     assert 8.2e6 < wm_params < 8.6e6
     rem = IrisWorldModel(PRESETS["rem-config"], env)
-    assert rem.K == 64 and rem.tokenizer.embedding.weight.shape == (512, 256)
+    assert rem.K == 64 and rem.tokenizer.codebook.shape == (512, 256)
     assert len(rem.transformer.blocks) == 5
 
 
