@@ -47,7 +47,7 @@ from torch import Tensor, nn
 
 from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, WorldModel
-from wmzoo.nn.heads import masked_mean, reward_cont_targets, start_conts
+from wmzoo.nn.heads import EndHead, SignRewardHead, TokenHead, reward_cont_targets, sample_class, start_conts
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
 from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
 from wmzoo.specs import OptimSpec, WorldModelSpec
@@ -110,18 +110,6 @@ class IrisSpec(WorldModelSpec):
 # --------------------------------------------------------------------------- building blocks
 
 
-class Head(nn.Sequential):
-    """IRIS's heads: Linear → ReLU → Linear."""
-
-    def __init__(self, dim: int, out: int) -> None:
-        super().__init__(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, out))
-
-
-def _sample(logits: Tensor) -> Tensor:
-    """One draw per row of ``softmax(logits [B, n])`` (a Categorical without its argument checks)."""
-    return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
-
-
 def _windows(batch: Batch, size: int) -> Batch:
     """``[B, T]`` → ``[B · (T // size), size]``: consecutive windows of ``size`` steps."""
     B, T = batch.shape
@@ -156,9 +144,9 @@ class IrisWorldModel(WorldModel):
         )
         self.pos_emb = nn.Embedding(self.capacity, spec.embed_dim)
         self.transformer = CausalTransformer(spec.layers, spec.embed_dim, spec.heads, spec.dropout)
-        self.head_obs = Head(spec.embed_dim, self.tokenizer.vocab_size)
-        self.head_reward = Head(spec.embed_dim, 3)  # sign(r) + 1
-        self.head_end = Head(spec.embed_dim, 2)
+        self.head_obs = TokenHead(spec.embed_dim, self.tokenizer.vocab_size)
+        self.head_reward = SignRewardHead(spec.embed_dim)  # sign(r) + 1
+        self.head_end = EndHead(spec.embed_dim)
         for part in self._world_model_parts():
             part.apply(init_gpt_weights)
         # IRIS (minGPT's configure_optimizers): weight decay on Linear weights only, not on
@@ -249,13 +237,8 @@ class IrisWorldModel(WorldModel):
         obs_loss = (within.sum() + (across * across_mask).sum()) / (within.numel() + across_mask.sum())
 
         reward, cont, mask = reward_cont_targets(win)
-        reward_class = (torch.sign(reward) + 1).long()
-        reward_loss = masked_mean(
-            F.cross_entropy(self.head_reward(action_out).transpose(1, 2), reward_class, reduction="none"), mask
-        )
-        end_loss = masked_mean(
-            F.cross_entropy(self.head_end(action_out).transpose(1, 2), (1 - cont).long(), reduction="none"), mask
-        )
+        reward_loss = self.head_reward.loss(action_out, reward, mask)
+        end_loss = self.head_end.loss(action_out, 1 - cont, mask)
         loss = obs_loss + reward_loss + end_loss
         # frames 1..T-1 of each window as predicted: z^1 from a_{t-1}, z^2..z^K within the frame
         predicted = torch.cat([across_logits.argmax(-1)[..., None], within_logits[:, 1:].argmax(-1)], -1)
@@ -327,11 +310,11 @@ class IrisWorldModel(WorldModel):
             cache = self._empty_cache(tokens.shape[0], tokens.device)
             self._call(self.obs_emb(tokens), cache)
         out = self._call(self._embed_actions(action).unsqueeze(1), cache)[:, -1]
-        reward = _sample(self.head_reward(out)).float() - 1.0
-        cont = 1.0 - _sample(self.head_end(out)).float()
+        reward = self.head_reward.sample(out)
+        cont = self.head_end.sample(out)
         new = []
         for k in range(self.K):
-            token = _sample(self.head_obs(out))
+            token = sample_class(self.head_obs(out))
             new.append(token)
             out = self._call(self.obs_emb(token).unsqueeze(1), cache)[:, -1]
         tokens = torch.stack(new, 1)

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from wmzoo.errors import SpecError
 from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, WorldModel
-from wmzoo.nn.heads import masked_mean, reward_cont_targets, start_conts
+from wmzoo.nn.heads import EndHead, SignRewardHead, TokenHead, masked_mean, reward_cont_targets, start_conts
 from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
 from wmzoo.specs import OptimSpec, WorldModelSpec
@@ -86,11 +86,6 @@ class REMSpec(WorldModelSpec):
         return self
 
 
-def _head(d: int, out: int) -> nn.Sequential:
-    """IRIS/REM head: Linear → ReLU → Linear."""
-    return nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, out))
-
-
 # --------------------------------------------------------------------------- world model
 
 
@@ -113,9 +108,9 @@ class REMWorldModel(WorldModel):
         self.retnet = RetNet(spec.retnet)
         self.action_embed = nn.Embedding(env.num_actions, d)
         self.pred_tokens = nn.Parameter(torch.randn(self.num_tokens, d) * 0.02)  # E_u
-        self.obs_head = _head(d, self.tokenizer.vocab_size)
-        self.reward_head = _head(d, 3 if spec.reward_loss == "sign" else 1)
-        self.end_head = _head(d, 1)  # 2-class cross-entropy as one logit
+        self.obs_head = TokenHead(d, self.tokenizer.vocab_size)
+        self.reward_head = SignRewardHead(d) if spec.reward_loss == "sign" else TokenHead(d, 1)
+        self.end_head = EndHead(d)
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
         # as the official code: M's weight decay skips biases, norms and embeddings (read by
         # wmzoo.optim.adamw); only Linear weights decay
@@ -198,18 +193,11 @@ class REMWorldModel(WorldModel):
             obs_loss = masked_mean(ce.view(B, T, -1).mean(-1), obs_mask)
             act_out = real[:, :-1, -1]  # the action token of blocks 0..T-2
             reward_target, cont_target, mask = reward_cont_targets(batch)
-            if spec.reward_loss == "sign":
-                r = F.cross_entropy(
-                    self.reward_head(act_out).flatten(0, 1),
-                    (torch.sign(reward_target) + 1).long().flatten(), reduction="none",
-                )
-                reward_loss = masked_mean(r.view(B, T - 1), mask)
+            if isinstance(self.reward_head, SignRewardHead):
+                reward_loss = self.reward_head.loss(act_out, reward_target, mask)
             else:
                 reward_loss = masked_mean((self.reward_head(act_out).squeeze(-1) - reward_target) ** 2, mask)
-            end_logit = self.end_head(act_out).squeeze(-1)
-            end_loss = masked_mean(
-                F.binary_cross_entropy_with_logits(end_logit, 1.0 - cont_target, reduction="none"), mask
-            )
+            end_loss = self.end_head.loss(act_out, 1.0 - cont_target, mask)
             wm_loss = obs_loss + reward_loss + end_loss
         if self.training:
             self.updates += 1
@@ -314,12 +302,11 @@ class REMWorldModel(WorldModel):
         next tokens at once. Reward and continue are returned as expectations (the engine
         weights by continue probabilities) rather than samples."""
         out, retnet = self._absorb(state, action)
-        if self.spec.reward_loss == "sign":
-            probs = self.reward_head(out).softmax(-1)
-            reward = probs[:, 2] - probs[:, 0]
+        if isinstance(self.reward_head, SignRewardHead):
+            reward = self.reward_head.expected(out)
         else:
             reward = self.reward_head(out).squeeze(-1)
-        cont = 1.0 - torch.sigmoid(self.end_head(out).squeeze(-1))
+        cont = self.end_head.continue_probability(out)
         logits = self.predict_tokens(retnet)
         tokens = torch.distributions.Categorical(logits=logits).sample()
         new = {"retnet": retnet, "tokens": tokens, "valid": torch.ones_like(state["valid"])}

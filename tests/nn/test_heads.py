@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from wmzoo.interfaces import Batch
@@ -56,3 +57,30 @@ def test_encode_action() -> None:
     assert encode_action(torch.tensor([2]), env).tolist() == [[0.0, 0.0, 1.0, 0.0]]
     cont = EnvInfo("c", (3, 8, 8), 2, discrete=False)
     assert encode_action(torch.tensor([[0.5, -1.0]]), cont).tolist() == [[0.5, -1.0]]
+
+
+def test_token_heads_classes_and_losses() -> None:
+    # Catches: the sign classes out of order (class 0 must be −1), the end class inverted
+    # (class 1 is an end), the mask ignored, the expectation's sign flipped.
+    import torch.nn.functional as F
+
+    from wmzoo.nn.heads import EndHead, SignRewardHead
+
+    torch.manual_seed(0)
+    reward_head, end_head = SignRewardHead(4), EndHead(4)
+    x = torch.randn(2, 3, 4)
+    reward = torch.tensor([[-2.0, 0.0, 0.5], [1.0, -0.1, 0.0]])
+    terminal = torch.tensor([[False, True, False], [False, False, True]])
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    logits = reward_head(x)
+    ce = F.cross_entropy(logits.reshape(6, 3), torch.tensor([0, 1, 2, 2, 0, 1]), reduction="none").view(2, 3)
+    assert reward_head.loss(x, reward, mask).item() == pytest.approx(ce[mask].mean().item(), rel=1e-6)
+    end_ce = F.cross_entropy(end_head(x).reshape(6, 2), terminal.long().flatten(), reduction="none").view(2, 3)
+    assert end_head.loss(x, terminal, mask).item() == pytest.approx(end_ce[mask].mean().item(), rel=1e-6)
+    with torch.no_grad():
+        reward_head[-1].weight.zero_()
+        reward_head[-1].bias.copy_(torch.tensor([0.0, 0.0, 9.0]))  # class 2: +1
+        end_head[-1].weight.zero_()
+        end_head[-1].bias.copy_(torch.tensor([0.0, 9.0]))  # class 1: an end
+    assert (reward_head.expected(x) > 0.99).all() and (reward_head.sample(x) == 1).all()
+    assert (end_head.continue_probability(x) < 0.01).all() and (end_head.sample(x) == 0).all()

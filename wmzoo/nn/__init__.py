@@ -12,7 +12,9 @@ A plugin imports what it builds from here (``from wmzoo.nn import ConvEncoder, T
   dead-code revival; both return :class:`Quantized`); a GPT (:class:`CausalTransformer` with a
   :class:`KVCache` and episode masks, :func:`init_gpt_weights`); a RetNet (:class:`RetNet`, :class:`RetNetSpec`: parallel, recurrent
   and chunkwise retention);
-- heads and targets: :class:`RewardContinueHeads` (two-hot reward, continue), :func:`encode_action`,
+- heads and targets: :class:`RewardContinueHeads` (two-hot reward, continue); the token models'
+  :class:`TokenHead`, :class:`SignRewardHead` (3 sign classes) and :class:`EndHead` (2 classes)
+  with :func:`sample_class`; :func:`encode_action`,
   :func:`reward_cont_targets`, :func:`start_conts`, :func:`masked_mean`;
 - distributions and layers: :class:`TwoHot`, :func:`symlog` / :func:`symexp`,
   :class:`OneHotCategoricalST`, :func:`unimix_logits`, :class:`MLP`, :class:`NormedLinear`.
@@ -26,7 +28,17 @@ from wmzoo.nn.distributions import (
     symlog,
     unimix_logits,
 )
-from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, reward_cont_targets, start_conts
+from wmzoo.nn.heads import (
+    EndHead,
+    RewardContinueHeads,
+    SignRewardHead,
+    TokenHead,
+    encode_action,
+    masked_mean,
+    reward_cont_targets,
+    sample_class,
+    start_conts,
+)
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
 from wmzoo.nn.quantizer import CosineEMAQuantizer, Quantized, VectorQuantizer
@@ -37,6 +49,10 @@ from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
 from wmzoo.nn.world_model import LatentWorldModel, latent_objective
 
 __all__ = [
+    "sample_class",
+    "TokenHead",
+    "SignRewardHead",
+    "EndHead",
     "MLP",
     "CategoricalLatent",
     "CausalTransformer",

@@ -74,3 +74,62 @@ class RewardContinueHeads(nn.Module):
                 "cont_acc": masked_mean(((cont_logit > 0).float() == cont_target).float(), mask),
             }
         return reward, cont, metrics
+
+
+# --------------------------------------------------------------------------- token-model heads
+
+
+class TokenHead(nn.Sequential):
+    """The heads of IRIS and REM: ``Linear → ReLU → Linear`` on the transformer's output (IRIS
+    appendix B; REM table 7 and its code)."""
+
+    def __init__(self, dim: int, out: int) -> None:
+        super().__init__(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, out))
+
+
+class SignRewardHead(TokenHead):
+    """The reward's sign as 3 classes ``sign(r) + 1`` (IRIS section 2.2, for Atari's clipped
+    rewards; REM section 2.4), read at the output of the action that earned it."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim, 3)
+
+    def loss(self, x: Tensor, reward: Tensor, mask: Tensor) -> Tensor:
+        """Masked mean cross-entropy of outputs ``x [..., dim]`` against rewards ``[...]``."""
+        target = (torch.sign(reward) + 1).long()
+        return masked_mean(F.cross_entropy(self(x).movedim(-1, 1), target, reduction="none"), mask)
+
+    def expected(self, x: Tensor) -> Tensor:
+        """``p(+1) − p(−1)``: the expected sign."""
+        p = self(x).softmax(-1)
+        return p[..., 2] - p[..., 0]
+
+    def sample(self, x: Tensor) -> Tensor:
+        """A sampled sign in ``{−1, 0, +1}`` (float), as IRIS imagines."""
+        return sample_class(self(x)).float() - 1.0
+
+
+class EndHead(TokenHead):
+    """Whether a transition ends the episode, as 2 classes (IRIS and REM's code: class 1 is an
+    end), read at the action's output."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim, 2)
+
+    def loss(self, x: Tensor, terminal: Tensor, mask: Tensor) -> Tensor:
+        """Masked mean cross-entropy of outputs ``x [..., dim]`` against ``terminal [...]``."""
+        return masked_mean(F.cross_entropy(self(x).movedim(-1, 1), terminal.long(), reduction="none"), mask)
+
+    def continue_probability(self, x: Tensor) -> Tensor:
+        """``1 − p(end)``."""
+        return self(x).softmax(-1)[..., 0]
+
+    def sample(self, x: Tensor) -> Tensor:
+        """A sampled continue flag in ``{0, 1}`` (float), as IRIS imagines."""
+        return 1.0 - sample_class(self(x)).float()
+
+
+def sample_class(logits: Tensor) -> Tensor:
+    """One draw per row of ``softmax(logits [..., n])`` (a Categorical without argument checks)."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    return torch.multinomial(torch.softmax(flat, -1), 1).reshape(logits.shape[:-1])

@@ -193,6 +193,7 @@ def test_teacher_forced_imagination_reproduces_the_training_forward(monkeypatch)
     # Catches: reward/termination read one step (block) late or at a token instead of the action,
     # an observation target shifted by one, imagination predicting before the action is absorbed,
     # tokens fed back in another order than sampled.
+    import wmzoo.nn.heads as heads
     import wmzoo_plugins.iris.model as iris_model
 
     wm, steps, B = _model(side=2, max_blocks=6, seed=3), 3, 2
@@ -209,7 +210,8 @@ def test_teacher_forced_imagination_reproduces_the_training_forward(monkeypatch)
         seen.append(logits)
         return script.pop(0)
 
-    monkeypatch.setattr(iris_model, "_sample", sampler)
+    monkeypatch.setattr(iris_model, "sample_class", sampler)  # the tokens
+    monkeypatch.setattr(heads, "sample_class", sampler)  # the reward and end heads
     state = wm._state_from_tokens(tokens[:, 0])
     for t in range(steps):
         reward_class, end_class = torch.tensor([2, 0]), torch.tensor([0, 1])

@@ -187,7 +187,7 @@ def test_teacher_forced_imagination_reproduces_the_training_forward(monkeypatch)
             step = wm.imagine_step(state, action[:, t])
             probs = wm.reward_head(real[:, t, -1]).softmax(-1)
             torch.testing.assert_close(step.reward, probs[:, 2] - probs[:, 0], atol=1e-5, rtol=1e-4)
-            p_end = torch.sigmoid(wm.end_head(real[:, t, -1]).squeeze(-1))
+            p_end = wm.end_head(real[:, t, -1]).softmax(-1)[:, 1]
             torch.testing.assert_close(step.cont, 1 - p_end, atol=1e-5, rtol=1e-4)
             torch.testing.assert_close(seen[0], wm.obs_head(pred[:, t + 1]), atol=1e-4, rtol=1e-4)
             assert torch.equal(step.state["tokens"], tokens[:, t + 1])
@@ -230,7 +230,7 @@ def test_world_model_loss_targets_by_hand():
             for b in range(2) for t in range(3)
         ]).mean()
         end = torch.stack([
-            F.binary_cross_entropy_with_logits(wm.end_head(real[b, t, -1]), batch.terminal[b, t, None].float())
+            F.cross_entropy(wm.end_head(real[b, t, -1])[None], batch.terminal[b, t, None].long())
             for b in range(2) for t in range(3)
         ]).mean()
     assert out.metrics["world_model/obs_loss"] == pytest.approx(obs.item(), rel=1e-4)
