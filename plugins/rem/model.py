@@ -187,12 +187,15 @@ class REMWorldModel(WorldModel):
         with torch.set_grad_enabled(torch.is_grad_enabled() and active):
             real, pred = self.pop_forward(tokens, batch.action, batch.is_first)
             logits = self.obs_head(pred)  # [B, T, K, N]
+            # the official code's loss skips the first `context` blocks of a segment (its
+            # `context_length`, table 7): their state has seen less than an imagination start's
             obs_mask = ~batch.is_first
-            obs_mask[:, 0] = False  # the first block has no history to predict from
+            obs_mask[:, : spec.context] = False
             ce = F.cross_entropy(logits.flatten(0, 2), tokens.flatten(), reduction="none")
             obs_loss = masked_mean(ce.view(B, T, -1).mean(-1), obs_mask)
             act_out = real[:, :-1, -1]  # the action token of blocks 0..T-2
             reward_target, cont_target, mask = reward_cont_targets(batch)
+            mask[:, : spec.context] = False
             if isinstance(self.reward_head, SignRewardHead):
                 reward_loss = self.reward_head.loss(act_out, reward_target, mask)
             else:
