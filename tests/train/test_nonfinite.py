@@ -143,3 +143,37 @@ def test_nan_loss_stops_the_cli_run_keeping_the_last_checkpoint_which_resumes(ca
     tree = load_checkpoint(checkpoint)
     assert tree["progress"]["env_steps"] == PREFILL + 14 and tree["progress"]["updates"] == 14
     assert tree["progress"]["nonfinite"] == 0 and nonfinite_tensors(tree) == []
+
+
+def test_offline_run_stops_at_a_checkpoint_whose_weights_are_not_finite(capsys, tmp_path, monkeypatch):
+    """`wmzoo run --offline`, a weight turned NaN outside the optimizer (as a buffer or an EMA can
+    be). Catches the offline loop bypassing the check, the NaN checkpoint replacing the finite one,
+    and a traceback instead of one line naming the tensor and the kept checkpoint."""
+    from wmzoo_plugins.rssm import RSSMWorldModel
+
+    online = tmp_path / "online"
+    assert main(["run", "--steps", str(PREFILL + 2), "--logdir", str(online), "--no-progress"]) == 0
+    logdir = tmp_path / "offline"
+    checkpoint = logdir / CHECKPOINT
+    original, seen = RSSMWorldModel.loss, {}
+
+    def loss_after_poisoning(self, batch, carry=None):
+        if checkpoint.exists() and "bytes" not in seen:
+            seen["bytes"] = checkpoint.read_bytes()
+            with torch.no_grad():
+                self.heads.reward.out.bias.view(-1)[0] = math.nan
+        return original(self, batch, carry)
+
+    monkeypatch.setattr(RSSMWorldModel, "loss", loss_after_poisoning)
+    capsys.readouterr()
+    code = main(["run", "--offline", str(online / "replay"), "--logdir", str(logdir), "--steps", "9",
+                 "--no-progress", "--set", "train.checkpoint_every=3"])
+    err = capsys.readouterr().err
+    *warnings, error = err.splitlines()
+    assert code == 2 and len(warnings) == 3, err  # updates 4 to 6: NaN loss, steps skipped
+    assert all(line.startswith("wmzoo: warning: update ") for line in warnings)
+    assert error.startswith("wmzoo: error: update 6: the agent's state is not finite "
+                          "('world_model/heads.reward.out.bias' holds NaN or inf), so no checkpoint "
+                          f"was written; the last finite checkpoint is kept at {checkpoint}; "), error
+    assert checkpoint.read_bytes() == seen["bytes"]
+    assert load_checkpoint(checkpoint)["progress"]["updates"] == 3
