@@ -92,21 +92,22 @@ class Optimizer:
         if loss is not None and backward:
             self.zero_grad()
             loss.backward()
-        norm = nn.utils.clip_grad_norm_(self.params, self.spec.clip)
-        checked = norm if loss is None else torch.stack([norm.float(), loss.detach().float().to(norm.device)])
-        values = checked.reshape(-1).tolist()  # one device sync, as reading the norm always cost
-        if not all(map(math.isfinite, values)):
+        # the device sync of reading the norm was always paid (it is logged); the loss was
+        # computed before the backward pass, so reading it waits for nothing more
+        norm = float(nn.utils.clip_grad_norm_(self.params, self.spec.clip))
+        value = 0.0 if loss is None else float(loss.detach())
+        if not (math.isfinite(norm) and math.isfinite(value)):
             self.zero_grad()
             self.skipped += 1
-            if loss is not None and not math.isfinite(values[1]):
-                self.skip_reason = f"is {_nonfinite_name(values[1])}"
+            if not math.isfinite(value):
+                self.skip_reason = f"is {_nonfinite_name(value)}"
             else:
-                self.skip_reason = f"has a gradient norm of {_nonfinite_name(values[0])} (the loss is finite)"
-            return values[0]
+                self.skip_reason = f"has a gradient norm of {_nonfinite_name(norm)} (the loss is finite)"
+            return norm
         set_learning_rate(self.opt, self.spec, self.updates)
         self.opt.step()
         self.updates += 1
-        return values[0]
+        return norm
 
     def state_dict(self) -> dict:
         return {"opt": self.opt.state_dict(), "updates": self.updates}
