@@ -95,20 +95,22 @@ def _assert_same(a: tuple[list[torch.Tensor], dict], b: tuple[list[torch.Tensor]
             assert torch.equal(v, b[1]["moments"][i][k]), (i, k)
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf])
-def test_a_non_finite_loss_is_skipped_and_changes_nothing(bad: float) -> None:
-    """Catches the step going ahead on a NaN/inf loss (weights and Adam moments poisoned), and a
-    skip that still moves the schedule, the step count or weight decay (``updates``, the group's
-    ``lr``, Adam's ``step`` would differ), or is not counted."""
+@pytest.mark.parametrize(("bad", "through_gradient"), [(math.nan, True), (math.inf, True), (math.nan, False)])
+def test_a_non_finite_loss_is_skipped_and_changes_nothing(bad: float, through_gradient: bool) -> None:
+    """Catches the step going ahead on a NaN/inf loss (weights and Adam moments poisoned), also
+    when its gradient is finite (a non-finite term without gradient: a check of the gradient norm
+    alone misses it), and a skip that still moves the schedule, the step count or weight decay
+    (``updates``, the group's ``lr``, Adam's ``step`` would differ), or is not counted."""
     net, opt = _net_and_optimizer()
     opt.step(_loss(net))  # Adam moments exist: a skip must leave them too
     before = _state(net, opt)
-    norm = opt.step(_loss(net, bad))
+    loss = _loss(net, bad) if through_gradient else _loss(net) + torch.tensor(bad)
+    norm = opt.step(loss)
     _assert_same(_state(net, opt), before)
     assert opt.skipped == 1 and opt.updates == 1
     assert opt.skip_reason == ("is NaN" if math.isnan(bad) else "is +inf")
     assert all(p.grad is None for p in net.parameters())  # nothing left to leak into a later step
-    assert not math.isfinite(norm)
+    assert math.isfinite(norm) is not through_gradient
 
 
 def test_a_finite_step_after_a_skip_is_the_step_it_would_have_been() -> None:
