@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch import nn
 
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
 from wmzoo.cli import main
 from wmzoo.config import run_spec
 from wmzoo.errors import WmzooError
@@ -40,22 +42,22 @@ def test_the_run_of_skipped_steps_resets_after_a_finite_step_and_stops_at_the_li
     guard = NonFiniteGuard({"model": model, "policy/actor": policy}, limit=3, explain=lambda opt: "EXPLAINED")
     for update, finite in enumerate([False, False, True, False, False], start=1):
         _step(model, finite)
-        assert guard.check(update, {"model/loss": 0.0}) == (0 if finite else 1)
-    with pytest.raises(WmzooError) as stop:
-        _step(model, False)
-        guard.check(6, {"model/loss": math.nan, "reward": math.nan, "recon": 1.0})
-    assert str(stop.value) == (
+        assert guard.check(update, {"model/loss": 0.0}) == (0 if finite else 1, "")
+    _step(model, False)
+    skipped, stop = guard.check(6, {"model/loss": math.nan, "reward": math.nan, "recon": 1.0})
+    assert skipped == 1 and stop == (
         "update 6: loss 'model' is NaN (non-finite: reward) for 3 steps in a row "
         "(train.max_nonfinite = 3); EXPLAINED"
     )
     # the policy steps every other update: the updates in between neither reset nor extend its run
     guard = NonFiniteGuard({"model": model, "policy/actor": policy}, limit=3, explain=lambda opt: "")
-    with pytest.raises(WmzooError, match=r"^update 5: loss 'policy/actor' is NaN for 3 steps in a row"):
-        for update in range(1, 7):
-            _step(model, True)
-            if update % 2:
-                _step(policy, False)
-            guard.check(update, {})
+    stops = []
+    for update in range(1, 7):
+        _step(model, True)
+        if update % 2:
+            _step(policy, False)
+        stops.append(guard.check(update, {})[1])
+    assert stops[:4] == ["", "", "", ""] and stops[4].startswith("update 5: loss 'policy/actor' is NaN for 3 steps")
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +138,9 @@ def test_nan_loss_stops_the_cli_run_keeping_the_last_checkpoint_which_resumes(ca
     assert checkpoint.read_bytes() == seen["bytes"]
     tree = load_checkpoint(checkpoint)
     assert tree["progress"]["env_steps"] == PREFILL + 10 and tree["progress"]["updates"] == 10
+    # the skipped steps reach TensorBoard before the stop (written at the stop, not the next log)
+    events = EventAccumulator(str(logdir / "tb")).Reload()
+    assert events.Scalars("train/nonfinite_steps")[-1].value == 4
     assert nonfinite_tensors(tree) == []
 
     monkeypatch.setattr(RSSMWorldModel, "loss", original)

@@ -99,8 +99,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         progress.updates += 1
         if progress.updates > agent.policy.spec.start and progress.updates % T.policy_every == 0:
             metrics.update(agent.train_policy(out))
-        progress.nonfinite += guard.check(progress.updates, metrics)
-        logger.add({**metrics, "train/nonfinite_steps": progress.nonfinite})
+        log_update(guard, logger, progress, metrics, progress.env_steps + progress.final)
 
     with _interrupt_guard(checkpoint, progress):
         while progress.env_steps < T.steps:
@@ -166,8 +165,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
         for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
             metrics = batches.update().metrics
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
-            progress.nonfinite += guard.check(progress.updates, metrics)
-            logger.add({**metrics, "train/nonfinite_steps": progress.nonfinite})
+            log_update(guard, logger, progress, metrics, progress.updates)
             if progress.updates % run.train.log_every == 0:
                 logger.write(progress.updates)
             if progress.updates % run.train.checkpoint_every == 0:
@@ -180,6 +178,19 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def log_update(guard: NonFiniteGuard, logger: Logger, progress: Progress, metrics: dict[str, float],
+               step: int) -> None:
+    """Log an update's scalars with the run's count of skipped steps (``train/nonfinite_steps``);
+    when the guard says stop, write them out at ``step`` and stop with its line."""
+    skipped, stop = guard.check(progress.updates, metrics)
+    progress.nonfinite += skipped
+    logger.add(metrics)
+    logger.set({"train/nonfinite_steps": progress.nonfinite})
+    if stop:
+        logger.write(step)
+        raise WmzooError(stop)
 
 
 def nonfinite_guard(agent: Agent, logdir: Path) -> NonFiniteGuard:

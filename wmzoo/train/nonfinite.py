@@ -2,8 +2,8 @@
 
 Every optimizer the trainer steps is a :class:`wmzoo.optim.Optimizer`, which skips a step whose
 loss or gradient is not finite and leaves everything as it was. Here the trainer watches them:
-:class:`NonFiniteGuard` warns about each skipped step and stops the run with one line after
-``train.max_nonfinite`` skipped steps in a row of one optimizer; :func:`nonfinite_tensors` lets
+:class:`NonFiniteGuard` warns about each skipped step and says when to stop the run (one line)
+after ``train.max_nonfinite`` skipped steps in a row of one optimizer; :func:`nonfinite_tensors` lets
 :func:`wmzoo.train.rundir.save_run` refuse to write a checkpoint that is not finite, so the last
 finite one is never overwritten.
 """
@@ -20,7 +20,6 @@ import torch
 from pydantic import BaseModel
 from tqdm import tqdm
 
-from wmzoo.errors import WmzooError
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, RunSpec
 
@@ -40,10 +39,10 @@ class NonFiniteGuard:
         self.seen = {name: (opt.updates, opt.skipped) for name, opt in self.optimizers.items()}
         self.in_a_row = dict.fromkeys(self.optimizers, 0)
 
-    def check(self, update: int, metrics: Mapping[str, float]) -> int:
+    def check(self, update: int, metrics: Mapping[str, float]) -> tuple[int, str]:
         """After update number ``update`` (``metrics``: its logged scalars, which name the loss
-        terms): warn about each skipped step; returns how many were skipped. Raises WmzooError
-        once an optimizer has skipped ``limit`` steps in a row."""
+        terms): warn about each skipped step. Returns how many were skipped, and the line to stop
+        the run with once an optimizer has skipped ``limit`` steps in a row (else "")."""
         skipped = []
         for name, opt in self.optimizers.items():
             applied, failed = opt.updates - self.seen[name][0], opt.skipped - self.seen[name][1]
@@ -54,21 +53,21 @@ class NonFiniteGuard:
                 self.in_a_row[name] += failed
                 skipped.append(name)
         if not skipped:
-            return 0
+            return 0, ""
         terms = [k for k, v in metrics.items() if not math.isfinite(v) and k not in self.optimizers
                  and not k.endswith(("grad_norm", "/loss"))]
         detail = f" (non-finite: {', '.join(terms[:4])}{', ...' if len(terms) > 4 else ''})" if terms else ""
         what = ", ".join(f"loss '{name}' {self.optimizers[name].skip_reason}" for name in skipped) + detail
         worst = max(skipped, key=self.in_a_row.__getitem__)
         if self.in_a_row[worst] >= self.limit:
-            raise WmzooError(
+            return len(skipped), (
                 f"update {update}: loss '{worst}' {self.optimizers[worst].skip_reason}{detail} for "
                 f"{self.in_a_row[worst]} steps in a row (train.max_nonfinite = {self.limit}); "
                 f"{self.explain(self.optimizers[worst])}"
             )
         tqdm.write(f"wmzoo: warning: update {update}: {what}; step skipped "
                    f"({self.in_a_row[worst]} in a row, the run stops at {self.limit})", file=sys.stderr)
-        return len(skipped)
+        return len(skipped), ""
 
 
 def nonfinite_tensors(tree: Any, path: str = "") -> list[str]:
