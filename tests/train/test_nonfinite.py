@@ -133,7 +133,7 @@ def test_nan_loss_stops_the_cli_run_keeping_the_last_checkpoint_which_resumes(ca
         "wmzoo: error: update 14: loss 'model' is NaN (non-finite: reward) for 4 steps in a row "
         f"(train.max_nonfinite = 4); the last finite checkpoint is kept at {checkpoint}; "
         "start a new run with a lower learning rate or a tighter gradient clip "
-        "(--set model.optim.lr=... or model.optim.clip=...)"
+        "(--set model.optim.lr=... or model.optim.clip=...), or try --resume from the checkpoint"
     ), errors[0]
     assert checkpoint.read_bytes() == seen["bytes"]
     tree = load_checkpoint(checkpoint)

@@ -90,7 +90,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         replay.flush()
         return save_run(logdir, agent, asdict(progress))
 
-    guard = nonfinite_guard(agent, logdir)
+    guard = nonfinite_guard(agent, logdir, resumable=True)
 
     def update() -> None:
         """One world-model update; the policy's every ``policy_every``, once it has started."""
@@ -156,7 +156,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
     logger = Logger(logdir)
     batches = WorldModelBatches(agent, replay)
     progress = Progress()
-    guard = nonfinite_guard(agent, logdir)
+    guard = nonfinite_guard(agent, logdir, resumable=False)
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))
@@ -193,13 +193,14 @@ def log_update(guard: NonFiniteGuard, logger: Logger, progress: Progress, metric
         raise WmzooError(stop)
 
 
-def nonfinite_guard(agent: Agent, logdir: Path) -> NonFiniteGuard:
+def nonfinite_guard(agent: Agent, logdir: Path, resumable: bool) -> NonFiniteGuard:
     """The run's watch over skipped (non-finite) steps: it stops the run after
-    ``train.max_nonfinite`` in a row of one optimizer, naming the loss, keeping the checkpoint."""
+    ``train.max_nonfinite`` in a row of one optimizer, naming the loss, keeping the checkpoint
+    (``resumable``: an online run, which ``--resume`` can continue)."""
     checkpoint = logdir / CHECKPOINT
     return NonFiniteGuard(
         agent.named_optimizers(), agent.run.train.max_nonfinite,
-        lambda opt: f"{kept_checkpoint(checkpoint)}; {nonfinite_hint(agent.run, opt.spec)}",
+        lambda opt: f"{kept_checkpoint(checkpoint)}; {nonfinite_hint(agent.run, opt.spec, resumable)}",
     )
 
 

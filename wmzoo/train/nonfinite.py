@@ -90,17 +90,18 @@ def kept_checkpoint(path: Path) -> str:
     return f"the last finite checkpoint is kept at {path}" if path.is_file() else "no checkpoint was written yet"
 
 
-def nonfinite_hint(run: RunSpec, optim: OptimSpec | None = None) -> str:
+def nonfinite_hint(run: RunSpec, optim: OptimSpec | None = None, resumable: bool = False) -> str:
     """How to get past non-finite losses: the ``--set`` path of ``optim`` (else of every optimizer
-    spec of the run) whose rate to lower or clip to tighten, or ``--resume`` (other batches)."""
+    spec of the run) whose rate to lower or clip to tighten; or, for a ``resumable`` (online)
+    run, ``--resume`` (other batches)."""
     paths = {id(spec): path for part in ("model", "policy") for path, spec in _optim_specs(getattr(run, part), part)}
     path = paths.get(id(optim))
     if path:
         where = f"--set {path}.lr=... or {path}.clip=..."
     else:
         where = f"--set <optimizer>.lr=... or <optimizer>.clip=...; optimizers: {', '.join(paths.values())}"
-    return (f"start a new run with a lower learning rate or a tighter gradient clip ({where}), "
-            "or try --resume from the checkpoint (other batches)")
+    resume = ", or try --resume from the checkpoint (other batches)" if resumable else ""
+    return f"start a new run with a lower learning rate or a tighter gradient clip ({where}){resume}"
 
 
 def _optim_specs(spec: BaseModel, prefix: str) -> list[tuple[str, OptimSpec]]:
