@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import yaml
 from torch import nn
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -105,7 +106,8 @@ def test_nan_loss_stops_the_cli_run_keeping_the_last_checkpoint_which_resumes(ca
     """Through `wmzoo run`: once a checkpoint exists the world model's loss turns NaN. Catches the
     NaN reaching the weights or the checkpoint (the file must stay byte-identical and load finite),
     a run that goes on (or crashes with a traceback) instead of one line with exit 2 naming the
-    update and the loss, and a checkpoint that --resume cannot continue from."""
+    update and the loss, the count missing from TensorBoard, and a checkpoint that --resume (with a
+    new limit) cannot continue from."""
     from wmzoo_plugins.rssm import RSSMWorldModel
 
     logdir = tmp_path / "run"
@@ -144,7 +146,9 @@ def test_nan_loss_stops_the_cli_run_keeping_the_last_checkpoint_which_resumes(ca
     assert nonfinite_tensors(tree) == []
 
     monkeypatch.setattr(RSSMWorldModel, "loss", original)
-    assert main(["run", "--logdir", str(logdir), "--resume", "--steps", str(PREFILL + 14), "--no-progress"]) == 0
+    assert main(["run", "--logdir", str(logdir), "--resume", "--steps", str(PREFILL + 14), "--no-progress",
+                 "--set", "train.max_nonfinite=6"]) == 0  # the limit may change on resume
+    assert yaml.safe_load((logdir / "run.yaml").read_text())["train"]["max_nonfinite"] == 6
     tree = load_checkpoint(checkpoint)
     assert tree["progress"]["env_steps"] == PREFILL + 14 and tree["progress"]["updates"] == 14
     assert tree["progress"]["nonfinite"] == 0 and nonfinite_tensors(tree) == []
