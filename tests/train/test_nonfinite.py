@@ -186,3 +186,13 @@ def test_offline_run_stops_at_a_checkpoint_whose_weights_are_not_finite(capsys, 
                           f"was written; the last finite checkpoint is kept at {checkpoint}; "), error
     assert checkpoint.read_bytes() == seen["bytes"]
     assert load_checkpoint(checkpoint)["progress"]["updates"] == 3
+
+
+def test_a_policy_stepping_a_raw_torch_optimizer_is_refused(monkeypatch) -> None:
+    """Catches a policy whose steps bypass wmzoo.optim.Optimizer (its NaN steps would reach the
+    weights unseen) being accepted by the trainer."""
+    from wmzoo.agents.dreamer import DreamerPolicy
+
+    monkeypatch.setattr(DreamerPolicy, "optimizers", lambda self: {"actor": torch.optim.AdamW(self.actor.parameters())})
+    with pytest.raises(WmzooError, match=r"^policy 'dreamer': its optimizer 'actor' is a AdamW, not a wmzoo.optim.Optimizer"):
+        Agent(run_spec("rssm", "minigrid-empty-5x5", "tiny"), EnvInfo(name="minigrid-empty-5x5", obs_shape=(3, 64, 64), num_actions=7))
