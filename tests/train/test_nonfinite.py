@@ -194,5 +194,5 @@ def test_a_policy_stepping_a_raw_torch_optimizer_is_refused(monkeypatch) -> None
     from wmzoo.agents.dreamer import DreamerPolicy
 
     monkeypatch.setattr(DreamerPolicy, "optimizers", lambda self: {"actor": torch.optim.AdamW(self.actor.parameters())})
-    with pytest.raises(WmzooError, match=r"^policy 'dreamer': its optimizer 'actor' is a AdamW, not a wmzoo.optim.Optimizer"):
+    with pytest.raises(WmzooError, match=r"^policy 'dreamer': its optimizer 'actor' is AdamW, not a wmzoo.optim.Optimizer"):
         Agent(run_spec("rssm", "minigrid-empty-5x5", "tiny"), EnvInfo(name="minigrid-empty-5x5", obs_shape=(3, 64, 64), num_actions=7))

@@ -31,7 +31,7 @@ class Agent(nn.Module):
         for name, opt in self.policy.optimizers().items():
             if not isinstance(opt, Optimizer):
                 raise WmzooError(
-                    f"policy '{run.policy_name}': its optimizer '{name}' is a {type(opt).__name__}, "
+                    f"policy '{run.policy_name}': its optimizer '{name}' is {type(opt).__name__}, "
                     "not a wmzoo.optim.Optimizer (a policy steps through one, so that non-finite "
                     "steps are skipped and counted)"
                 )
