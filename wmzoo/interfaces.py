@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
+    from wmzoo.optim import Optimizer
     from wmzoo.specs import OptimSpec, PolicySpec, WorldModelSpec
 
 State = dict[str, Tensor]
@@ -329,6 +330,8 @@ class Policy(nn.Module, ABC):
         """One update from an imagined trajectory; returns scalars to log."""
 
     @abstractmethod
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """The policy's own optimizers, by name (saved and restored with checkpoints)."""
+    def optimizers(self) -> dict[str, Optimizer]:
+        """The policy's own optimizers, by name (saved and restored with checkpoints). Each is
+        a :class:`wmzoo.optim.Optimizer` that :meth:`learn` steps, so a step with a non-finite
+        loss or gradient is skipped and the trainer sees it."""
 

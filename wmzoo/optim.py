@@ -1,5 +1,6 @@
 """Optimizers from :class:`~wmzoo.specs.OptimSpec`: AdamW with per-parameter groups, linear
-warm-up then a constant or cosine rate, global-norm clipping.
+warm-up then a constant or cosine rate, global-norm clipping, and steps with a non-finite loss or
+gradient skipped.
 
 Core level, next to :mod:`wmzoo.specs`: the trainer, the bench harness and the policies of
 plugins (which may not import :mod:`wmzoo.train`) build their optimizers here."""
@@ -59,30 +60,54 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, spec: OptimSpec, update:
 
 class Optimizer:
     """An AdamW optimizer that knows its spec: ``step(loss)`` does the schedule, clipping and
-    the step.
+    the step, or skips a step whose loss or gradient is not finite.
 
-    ``loss`` may be None when gradients were already computed by a shared backward pass.
+    Every optimizer the trainer steps is one of these (the world model's components through
+    :func:`step_components`, each policy's through ``Policy.optimizers()``), so this is the one
+    place non-finite values are caught. A skipped step changes nothing: no parameter, no Adam
+    moment or step count, no learning rate; the schedule counts applied steps (:attr:`updates`),
+    so it does not advance either. The skip is counted in :attr:`skipped` and described in
+    :attr:`skip_reason`; the trainer decides when too many in a row stop a run.
     """
 
     def __init__(self, params: Iterable[nn.Parameter], spec: OptimSpec) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.spec = spec
         self.opt = adamw(self.params, spec)
-        self.updates = 0
+        self.updates = 0  # applied steps: the schedule's position (checkpointed)
+        self.skipped = 0  # steps skipped for a non-finite loss or gradient (this process)
+        self.skip_reason = ""  # why the last skipped step was skipped: "is NaN", "has a gradient ..."
 
     def zero_grad(self) -> None:
         self.opt.zero_grad(set_to_none=True)
 
-    def step(self, loss: Tensor | None = None) -> float:
-        """Backward (if ``loss``), clip to ``spec.clip``, step; returns the gradient norm."""
-        if loss is not None:
+    def step(self, loss: Tensor | None = None, backward: bool = True) -> float:
+        """Backward (if ``loss`` and ``backward``), clip to ``spec.clip``, step; returns the
+        gradient norm before clipping.
+
+        ``backward=False`` (or no ``loss``): the gradients were already computed by a shared
+        backward pass, and ``loss``, when given, is only checked. The step is skipped when the
+        loss or the gradient norm is NaN or infinite (any non-finite gradient makes the norm so).
+        """
+        if loss is not None and backward:
             self.zero_grad()
             loss.backward()
+        # the device sync of reading the norm was always paid (it is logged); the loss was
+        # computed before the backward pass, so reading it waits for nothing more
+        norm = float(nn.utils.clip_grad_norm_(self.params, self.spec.clip))
+        value = 0.0 if loss is None else float(loss.detach())
+        if not (math.isfinite(norm) and math.isfinite(value)):
+            self.zero_grad()
+            self.skipped += 1
+            if not math.isfinite(value):
+                self.skip_reason = f"is {_nonfinite_name(value)}"
+            else:
+                self.skip_reason = f"has a gradient norm of {_nonfinite_name(norm)} (the loss is finite)"
+            return norm
         set_learning_rate(self.opt, self.spec, self.updates)
-        norm = nn.utils.clip_grad_norm_(self.params, self.spec.clip)
         self.opt.step()
         self.updates += 1
-        return float(norm)
+        return norm
 
     def state_dict(self) -> dict:
         return {"opt": self.opt.state_dict(), "updates": self.updates}
@@ -92,6 +117,10 @@ class Optimizer:
         self.updates = int(state["updates"])
 
 
+def _nonfinite_name(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("+inf" if value > 0 else "-inf")
+
+
 def world_model_optimizers(components: dict[str, tuple[list[nn.Parameter], OptimSpec]]) -> dict[str, Optimizer]:
     """One :class:`Optimizer` per component of ``WorldModel.components()``."""
     return {name: Optimizer(params, spec) for name, (params, spec) in components.items()}
@@ -99,8 +128,9 @@ def world_model_optimizers(components: dict[str, tuple[list[nn.Parameter], Optim
 
 def step_components(optimizers: dict[str, Optimizer], losses: dict[str, Tensor]) -> dict[str, float]:
     """One update of every component: a shared backward pass over the summed losses, then each
-    component's clipped step. Returns each component's gradient norm."""
+    component's clipped step, skipped where its loss or gradient is not finite (see
+    :class:`Optimizer`). Returns each component's gradient norm."""
     for opt in optimizers.values():
         opt.zero_grad()
     sum(losses.values()).backward()  # type: ignore[union-attr]
-    return {name: opt.step() for name, opt in optimizers.items()}
+    return {name: opt.step(losses[name], backward=False) for name, opt in optimizers.items()}

@@ -99,6 +99,10 @@ class TrainSpec(Spec):
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
     checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
     gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
+    max_nonfinite: int = Field(
+        10, ge=1, le=10_000, description="stop the run after this many updates in a row with a "
+        "non-finite (NaN/inf) loss or gradient; each such step is skipped, and the last checkpoint kept",
+    )
     device: str = Field("cpu", description="torch device")
     threads: int = Field(
         1, ge=0, description="torch CPU threads (0: torch's default; 1 leaves a core for the envs)"
@@ -130,10 +134,11 @@ STANDARD_RUN_PRESETS: dict[str, str] = {
 }
 
 # What `wmzoo run --resume --set train.X=...` may change: when and how long to train, log and
-# checkpoint, and where. Everything else (the model, the policy, how data is collected and
+# checkpoint, when to give up on non-finite losses, and where. Everything else (the model, the policy, how data is collected and
 # sampled) is fixed by the checkpoint and the replay it was trained with.
 RESUMABLE_TRAIN_FIELDS: tuple[str, ...] = (
-    "steps", "final_updates", "log_every", "checkpoint_every", "gif_horizon", "device", "threads",
+    "steps", "final_updates", "log_every", "checkpoint_every", "gif_horizon", "max_nonfinite", "device",
+    "threads",
 )
 
 

@@ -132,8 +132,8 @@ class IrisActorCritic(Policy):
         metrics["grad_norm"] = self._optimizer.step(loss)
         return metrics
 
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"actor_critic": self._optimizer.opt}
+    def optimizers(self) -> dict[str, Optimizer]:
+        return {"actor_critic": self._optimizer}
 
 
 PRESETS: dict[str, IrisActorCriticSpec] = {

@@ -65,7 +65,6 @@ class REMActorCritic(Policy):
     """Shared CNN + LSTM backbone with linear actor and critic heads over token code vectors."""
 
     spec: REMActorCriticSpec
-    updates: Tensor
 
     def __init__(self, spec: REMActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
@@ -88,7 +87,6 @@ class REMActorCritic(Policy):
         self.cell = nn.LSTMCell(spec.hidden, spec.lstm)
         self.actor = nn.Linear(spec.lstm, env.num_actions)
         self.critic = nn.Linear(spec.lstm, 1)
-        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
         self._optimizer = Optimizer(self.parameters(), spec.optim)
 
     def initial_state(self, batch_size: int) -> State:
@@ -147,13 +145,11 @@ class REMActorCritic(Policy):
     def learn(self, trajectory: Trajectory) -> dict[str, float]:
         """One AdamW step of the whole agent on the summed losses."""
         loss, metrics = self.losses(trajectory)
-        self._optimizer.updates = int(self.updates)  # the schedule follows the checkpointed counter
         metrics["grad_norm"] = self._optimizer.step(loss)
-        self.updates += 1
         return metrics
 
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"agent": self._optimizer.opt}
+    def optimizers(self) -> dict[str, Optimizer]:
+        return {"agent": self._optimizer}
 
 
 # --------------------------------------------------------------------------- presets

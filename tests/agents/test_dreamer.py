@@ -206,9 +206,9 @@ def test_learning_rate_warms_up_linearly() -> None:
     rates = []
     for _ in range(6):
         policy.learn(trajectory(policy))
-        rates.append(policy.optimizers()["actor"].param_groups[0]["lr"])
+        rates.append(policy.optimizers()["actor"].opt.param_groups[0]["lr"])
     assert rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
-    assert policy.optimizers()["critic"].param_groups[0]["lr"] == PRESETS["tiny"].critic_optim.lr
+    assert policy.optimizers()["critic"].opt.param_groups[0]["lr"] == PRESETS["tiny"].critic_optim.lr
 
 
 def test_rejects_one_hot_actions() -> None:
@@ -236,7 +236,7 @@ def test_checkpoint_round_trip_resumes_exactly() -> None:
 
     assert restored.return_norm.low.item() == policy.return_norm.low.item() != 0
     assert restored.return_norm.high.item() == policy.return_norm.high.item() != 0
-    assert int(restored.updates) == 3
+    assert restored.optimizers()["actor"].updates == restored.optimizers()["critic"].updates == 3
     for a, b in zip(restored.slow_critic.parameters(), policy.slow_critic.parameters(), strict=True):
         assert torch.equal(a, b)
     traj = trajectory(policy, seed=9)

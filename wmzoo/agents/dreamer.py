@@ -20,7 +20,7 @@ from typing import Annotated
 
 import torch
 from pydantic import Field, ValidationInfo, field_validator
-from torch import Tensor, nn
+from torch import Tensor
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from wmzoo.agents.returns import PercentileNormalizer, lambda_returns
@@ -28,7 +28,7 @@ from wmzoo.errors import WmzooError
 from wmzoo.hookspecs import PolicyEntry, hookimpl
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.nn import MLP, TwoHot, unimix_logits
-from wmzoo.optim import adamw, set_learning_rate
+from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
 
 Percentile = Annotated[float, Field(ge=0, le=100)]
@@ -92,7 +92,6 @@ class DreamerPolicy(Policy):
     """DreamerV3's actor, critic and slow critic over 1-D world-model features."""
 
     spec: DreamerSpec
-    updates: Tensor
 
     def __init__(self, spec: DreamerSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
@@ -110,10 +109,9 @@ class DreamerPolicy(Policy):
         self.critic = MLP(features, spec.critic_bins, spec.units, spec.layers, zero_init=True)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.return_norm = PercentileNormalizer(spec.return_norm_decay, spec.return_norm_percentiles)
-        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
         self._optimizers = {
-            "actor": adamw(self.actor.parameters(), spec.actor_optim),
-            "critic": adamw(self.critic.parameters(), spec.critic_optim),
+            "actor": Optimizer(self.actor.parameters(), spec.actor_optim),
+            "critic": Optimizer(self.critic.parameters(), spec.critic_optim),
         }
 
     def dist(self, features: Tensor) -> Distribution:
@@ -195,28 +193,15 @@ class DreamerPolicy(Policy):
     def learn(self, trajectory: Trajectory) -> dict[str, float]:
         """An actor step, a critic step, then the slow critic EMA ``θ_slow ← d θ_slow + (1 − d) θ``."""
         actor_loss, critic_loss, metrics = self.losses(trajectory)
-        optimizers, spec, step = self._optimizers, self.spec, int(self.updates)
-        metrics["actor_grad_norm"] = _step(optimizers["actor"], actor_loss, spec.actor_optim, step)
-        metrics["critic_grad_norm"] = _step(optimizers["critic"], critic_loss, spec.critic_optim, step)
+        metrics["actor_grad_norm"] = self._optimizers["actor"].step(actor_loss)
+        metrics["critic_grad_norm"] = self._optimizers["critic"].step(critic_loss)
         with torch.no_grad():
             for slow, fast in zip(self.slow_critic.parameters(), self.critic.parameters(), strict=True):
-                slow.lerp_(fast, 1 - spec.slow_critic_decay)
-        self.updates += 1
+                slow.lerp_(fast, 1 - self.spec.slow_critic_decay)
         return metrics
 
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def optimizers(self) -> dict[str, Optimizer]:
         return self._optimizers
-
-
-def _step(optimizer: torch.optim.Optimizer, loss: Tensor, spec: OptimSpec, step: int) -> float:
-    """Backward, global-norm clip, the learning-rate schedule, AdamW step; the grad norm."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    norm = nn.utils.clip_grad_norm_(params, spec.clip)
-    set_learning_rate(optimizer, spec, step)
-    optimizer.step()
-    return norm.item()
 
 
 # --------------------------------------------------------------------------- presets

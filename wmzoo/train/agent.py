@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
-from wmzoo.optim import step_components, world_model_optimizers
+from wmzoo.optim import Optimizer, step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
 
@@ -27,11 +28,23 @@ class Agent(nn.Module):
         self.world_model = build_world_model(run.backbone, run.model, env)
         self.policy = build_policy(run.policy_name, run.policy, self.world_model.feature_shape, env)
         self.optimizers = world_model_optimizers(self.world_model.components())
+        for name, opt in self.policy.optimizers().items():
+            if not isinstance(opt, Optimizer):
+                raise WmzooError(
+                    f"policy '{run.policy_name}': its optimizer '{name}' is {type(opt).__name__}, "
+                    "not a wmzoo.optim.Optimizer (a policy steps through one, so that non-finite "
+                    "steps are skipped and counted)"
+                )
         self.device = torch.device(run.train.device)
         self.to(self.device)
         self._acting: dict[str, Any] | None = None
 
     # -- learning -----------------------------------------------------------------------
+    def named_optimizers(self) -> dict[str, Optimizer]:
+        """Every optimizer the agent steps: the world model's components by name, the policy's
+        as ``policy/<name>`` (the prefixes of their logged scalars)."""
+        return {**self.optimizers, **{f"policy/{k}": o for k, o in self.policy.optimizers().items()}}
+
     def train_world_model(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """One update of every world-model component (one shared backward pass)."""
         self.world_model.train()

@@ -24,6 +24,11 @@ class Logger:
         for key, value in metrics.items():
             self.pending[key].append(float(value))
 
+    def set(self, metrics: dict[str, float]) -> None:
+        """Scalars written at their latest value (running counts), not averaged."""
+        for key, value in metrics.items():
+            self.pending[key] = [float(value)]
+
     def write(self, step: int) -> dict[str, float]:
         means = {k: float(np.mean(v)) for k, v in self.pending.items() if v}
         for key, value in means.items():

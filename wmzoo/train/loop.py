@@ -13,6 +13,10 @@ Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share
 5. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
    an imagination GIF.
 
+A step whose loss or gradient is NaN or inf is skipped and counted; ``train.max_nonfinite`` in a
+row stop the run with one line, and a checkpoint is only ever written finite
+(:mod:`wmzoo.train.nonfinite`), so the last good one survives.
+
 The collector (step 2) is :class:`wmzoo.train.collector.Collector`; what a run writes to and
 restores from its ``logdir`` is :mod:`wmzoo.train.rundir`.
 """
@@ -37,7 +41,8 @@ from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
 from wmzoo.train.collector import Collector
 from wmzoo.train.logger import Logger
-from wmzoo.train.rundir import data_env_info, record_imagination, restore_run, save_run, write_run_spec
+from wmzoo.train.nonfinite import NonFiniteGuard, kept_checkpoint, nonfinite_hint
+from wmzoo.train.rundir import CHECKPOINT, data_env_info, record_imagination, restore_run, save_run, write_run_spec
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Progress:
     episodes: int = 0
     credit: float = 0.0  # world-model updates owed by the train ratio
     final: int = 0  # of train.final_updates, done after the last env step
+    nonfinite: int = 0  # optimizer steps skipped for a non-finite loss or gradient
 
 
 def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:
@@ -84,13 +90,16 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         replay.flush()
         return save_run(logdir, agent, asdict(progress))
 
+    guard = nonfinite_guard(agent, logdir, resumable=True)
+
     def update() -> None:
         """One world-model update; the policy's every ``policy_every``, once it has started."""
         out = batches.update()
-        logger.add(out.metrics)
+        metrics = dict(out.metrics)
         progress.updates += 1
         if progress.updates > agent.policy.spec.start and progress.updates % T.policy_every == 0:
-            logger.add(agent.train_policy(out))
+            metrics.update(agent.train_policy(out))
+        log_update(guard, logger, progress, metrics, progress.env_steps + progress.final)
 
     with _interrupt_guard(checkpoint, progress):
         while progress.env_steps < T.steps:
@@ -147,14 +156,16 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
     logger = Logger(logdir)
     batches = WorldModelBatches(agent, replay)
     progress = Progress()
+    guard = nonfinite_guard(agent, logdir, resumable=False)
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))
 
     with _interrupt_guard(checkpoint, progress, offline=True):
         for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
-            logger.add(batches.update().metrics)
+            metrics = batches.update().metrics
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
+            log_update(guard, logger, progress, metrics, progress.updates)
             if progress.updates % run.train.log_every == 0:
                 logger.write(progress.updates)
             if progress.updates % run.train.checkpoint_every == 0:
@@ -167,6 +178,30 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def log_update(guard: NonFiniteGuard, logger: Logger, progress: Progress, metrics: dict[str, float],
+               step: int) -> None:
+    """Log an update's scalars with the run's count of skipped steps (``train/nonfinite_steps``);
+    when the guard says stop, write them out at ``step`` and stop with its line."""
+    skipped, stop = guard.check(progress.updates, metrics)
+    progress.nonfinite += skipped
+    logger.add(metrics)
+    logger.set({"train/nonfinite_steps": progress.nonfinite})
+    if stop:
+        logger.write(step)
+        raise WmzooError(stop)
+
+
+def nonfinite_guard(agent: Agent, logdir: Path, resumable: bool) -> NonFiniteGuard:
+    """The run's watch over skipped (non-finite) steps: it stops the run after
+    ``train.max_nonfinite`` in a row of one optimizer, naming the loss, keeping the checkpoint
+    (``resumable``: an online run, which ``--resume`` can continue)."""
+    checkpoint = logdir / CHECKPOINT
+    return NonFiniteGuard(
+        agent.named_optimizers(), agent.run.train.max_nonfinite,
+        lambda opt: f"{kept_checkpoint(checkpoint)}; {nonfinite_hint(agent.run, opt.spec, resumable)}",
+    )
 
 
 class WorldModelBatches:

@@ -32,6 +32,7 @@ from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
 from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from wmzoo.train.logger import Logger, strip, write_rollout
+from wmzoo.train.nonfinite import kept_checkpoint, nonfinite_hint, nonfinite_tensors
 
 CHECKPOINT = "checkpoint.safetensors"
 GIF = "imagination.gif"
@@ -50,9 +51,20 @@ def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
 
 def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
     """Write ``<logdir>/checkpoint.safetensors``: the run spec, env shapes, ``progress`` counters
-    and the agent's state; returns its path."""
-    tree = {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": dict(progress),
-            **agent.state_tree()}
+    and the agent's state; returns its path.
+
+    Refuses (one-line WmzooError, the previous file kept) when a floating tensor of the agent's
+    state (weights, buffers, optimizer state) holds NaN or inf: a checkpoint is always finite."""
+    state = agent.state_tree()
+    bad = nonfinite_tensors(state)
+    if bad:
+        where = f"update {progress.get('updates', 0)}"
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise WmzooError(
+            f"{where}: the agent's state is not finite ('{bad[0]}'{more} holds NaN or inf), so no "
+            f"checkpoint was written; {kept_checkpoint(logdir / CHECKPOINT)}; {nonfinite_hint(agent.run)}"
+        )
+    tree = {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": dict(progress), **state}
     return save_checkpoint(logdir / CHECKPOINT, tree)
 
 

@@ -95,7 +95,7 @@ def test_learning_reduces_the_loss_on_one_trajectory():
     for _ in range(10):
         metrics = policy.learn(traj)
     assert float(policy.losses(traj)[0].detach()) < first and metrics["grad_norm"] >= 0
-    assert int(policy.updates) == 10
+    assert policy.optimizers()["agent"].updates == 10
 
 
 def test_rejects_flat_features():
