@@ -60,7 +60,7 @@ from wmzoo.specs import OptimSpec, WorldModelSpec
 # resolution (3 in the decoder), attention at 16×16 and 8×8, a 512-channel map before the
 # codebook, GroupNorm 32; Adam 1e-4, clip 10 (no weight decay); 256 frames per update.
 _IRIS_TOKENIZER = TokenizerSpec(
-    arch="iris", vocab_size=512, embed_dim=512, tokens_per_side=4, channels=64, ch_mult=(1, 1, 1, 1, 1),
+    arch="vqgan", vocab_size=512, embed_dim=512, tokens_per_side=4, channels=64, ch_mult=(1, 1, 1, 1, 1),
     num_res_blocks=2, attn_resolutions=(16, 8), z_channels=512, groups=32, beta=1.0,
     optim=OptimSpec(lr=1e-4, weight_decay=0.0, clip=10.0),
 )
@@ -339,7 +339,7 @@ PRESETS: dict[str, IrisSpec] = {
         batch_size=4, seq_len=32, layers=2, embed_dim=32, heads=2, dropout=0.0, max_blocks=8,
         tokenizer_frames=8, burn_in=4,
         tokenizer=TokenizerSpec(
-            arch="iris", vocab_size=32, embed_dim=16, tokens_per_side=2, channels=4, ch_mult=(1, 2, 4),
+            arch="vqgan", vocab_size=32, embed_dim=16, tokens_per_side=2, channels=4, ch_mult=(1, 2, 4),
             num_res_blocks=1, attn_resolutions=(4,), optim=OptimSpec(lr=1e-3, clip=10.0),
         ),
         optim=OptimSpec(lr=1e-3, clip=10.0),
@@ -349,7 +349,7 @@ PRESETS: dict[str, IrisSpec] = {
         batch_size=16, seq_len=16, layers=3, embed_dim=128, heads=4, dropout=0.1, max_blocks=16,
         tokenizer_frames=64, burn_in=8,
         tokenizer=TokenizerSpec(
-            arch="iris", vocab_size=256, embed_dim=64, tokens_per_side=4, channels=16, ch_mult=(1, 2, 4),
+            arch="vqgan", vocab_size=256, embed_dim=64, tokens_per_side=4, channels=16, ch_mult=(1, 2, 4),
             num_res_blocks=1, attn_resolutions=(8,), optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=10.0),
         ),
         optim=OptimSpec(lr=3e-4, weight_decay=0.01, clip=10.0),

@@ -25,7 +25,7 @@ def _obs(*lead: int, size: int = 32, seed: int = 0) -> torch.Tensor:
 def test_shapes(side: int, size: int, iris: bool) -> None:
     if size < side * 2:
         return
-    arch = {"arch": "iris", "num_res_blocks": 1, "attn_resolutions": (side,)} if iris else {}
+    arch = {"arch": "vqgan", "num_res_blocks": 1, "attn_resolutions": (side,)} if iris else {}
     spec = TokenizerSpec.model_validate({**TINY.model_dump(), "tokens_per_side": side, **arch})
     tok = Tokenizer(spec, (3, size, size))
     obs = _obs(2, 3, size=size)
@@ -74,9 +74,9 @@ def test_iris_nets_are_iris_appendix_a() -> None:
 
 def test_rem_arch_has_no_residual_or_attention_blocks() -> None:
     # Catches: the hybrid coming back through a REM spec with IRIS's blocks.
-    with pytest.raises(ValueError, match="arch=rem is REM's simplified CNN"):
+    with pytest.raises(ValueError, match="arch=simple is REM's simplified CNN"):
         TokenizerSpec(num_res_blocks=2)
-    with pytest.raises(ValueError, match="arch=rem"):
+    with pytest.raises(ValueError, match="arch=simple"):
         TokenizerSpec(attn_resolutions=(8,))
 
 
@@ -155,7 +155,7 @@ def test_perceptual_loads_lpips_names_and_adds_its_term(tmp_path) -> None:
     assert not any(k.startswith("_perceptual") or "features" in k for k in tok.state_dict())
 
 
-@pytest.mark.parametrize("arch", ["rem", "iris"])
+@pytest.mark.parametrize("arch", ["simple", "vqgan"])
 def test_tokens_are_in_raster_order_and_decode_to_the_same_layout(arch: str) -> None:
     # With identity nets (one token per pixel, the pixel's colour as its vector) and a codebook
     # of the two colours used, encode -> decode must give back an asymmetric pattern exactly, and

@@ -18,12 +18,12 @@ with the straight-through estimator for the gradient into the encoder.
 
 Two architectures (``arch``), each as its paper's code builds it:
 
-* ``rem`` (REM table 4, its simplified CNN): a 3×3 conv to ``channels``, then per downsampling
+* ``simple`` (REM table 4, its simplified CNN): a 3×3 conv to ``channels``, then per downsampling
   level ``GN(8) → SiLU → 3×3 stride-2 conv (padding 1 on the right and bottom only) → 3×3 conv``
   taking the channels from ``channels · ch_mult[i-1]`` to ``channels · ch_mult[i]``, then
   ``GN → SiLU → 3×3 conv``; the decoder mirrors it with nearest-exact ×2 interpolation. No
   residual and no attention blocks.
-* ``iris`` (IRIS appendix A: VQGAN's encoder and decoder, Esser et al. 2021, without the
+* ``vqgan`` (IRIS appendix A: VQGAN's encoder and decoder, Esser et al. 2021, without the
   discriminator): a 3×3 conv to ``channels``; at each resolution ``num_res_blocks`` residual
   blocks (``GN → SiLU → conv → GN → SiLU → conv`` plus the input), each followed by a
   self-attention block where the resolution is in ``attn_resolutions``, then (except at the
@@ -77,14 +77,14 @@ class TokenizerSpec(Spec):
         description="channel multiplier per level (level 0 before any downsampling); levels "
         "beyond the tuple reuse its last value",
     )
-    arch: Literal["rem", "iris"] = Field(
-        "rem", description="encoder/decoder: REM's simplified CNN (table 4) or IRIS's VQGAN nets (appendix A)"
+    arch: Literal["simple", "vqgan"] = Field(
+        "simple", description="encoder/decoder: REM's simplified CNN (REM table 4) or VQGAN's nets as IRIS builds them (IRIS appendix A)"
     )
     num_res_blocks: int = Field(
-        0, ge=0, le=8, description="arch=iris: residual blocks per resolution (IRIS 2; the decoder has one more)"
+        0, ge=0, le=8, description="arch=vqgan: residual blocks per resolution (IRIS 2; the decoder has one more)"
     )
     attn_resolutions: tuple[int, ...] = Field(
-        (), description="arch=iris: feature-map sides with self-attention after each residual block (IRIS 16, 8)"
+        (), description="arch=vqgan: feature-map sides with self-attention after each residual block (IRIS 16, 8)"
     )
     z_channels: int | None = Field(
         None, ge=1, le=4096,
@@ -108,10 +108,10 @@ class TokenizerSpec(Spec):
 
     @model_validator(mode="after")
     def _rem_is_simplified(self) -> TokenizerSpec:
-        if self.arch == "rem" and (self.num_res_blocks or self.attn_resolutions):
+        if self.arch == "simple" and (self.num_res_blocks or self.attn_resolutions):
             raise ValueError(
-                "arch=rem is REM's simplified CNN, without residual or attention blocks; "
-                "set num_res_blocks=0 and attn_resolutions=[] or use arch=iris"
+                "arch=simple is REM's simplified CNN, without residual or attention blocks; "
+                "set num_res_blocks=0 and attn_resolutions=[] or use arch=vqgan"
             )
         return self
 
@@ -255,7 +255,7 @@ def _middle(channels: int, groups: int) -> list[nn.Module]:
     return [ResBlock(channels, channels, groups), Attention(channels, groups), ResBlock(channels, channels, groups)]
 
 
-class IrisEncoder(nn.Module):
+class VqganEncoder(nn.Module):
     """IRIS's (VQGAN's) encoder: ``float [N, C, H, W]`` in ``[-1, 1]`` → ``[N, d, s, s]``."""
 
     def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
@@ -280,7 +280,7 @@ class IrisEncoder(nn.Module):
         return self.net(x)
 
 
-class IrisDecoder(nn.Module):
+class VqganDecoder(nn.Module):
     """IRIS's (VQGAN's) decoder: ``[N, d, s, s]`` → image ``[N, C, H, W]`` in ``[-1, 1]`` scale."""
 
     def __init__(self, spec: TokenizerSpec, obs_shape: tuple[int, int, int]) -> None:
@@ -415,9 +415,9 @@ class Tokenizer(nn.Module):
         self.side = spec.tokens_per_side
         self.num_tokens = self.side**2
         self.vocab_size = spec.vocab_size
-        iris = spec.arch == "iris"
-        self.encoder = (IrisEncoder if iris else TokenEncoder)(spec, self.obs_shape)
-        self.decoder = (IrisDecoder if iris else TokenDecoder)(spec, self.obs_shape)
+        vqgan = spec.arch == "vqgan"
+        self.encoder = (VqganEncoder if vqgan else TokenEncoder)(spec, self.obs_shape)
+        self.decoder = (VqganDecoder if vqgan else TokenDecoder)(spec, self.obs_shape)
         # channels-last convolutions: ~20 % faster on CPU for IRIS's 64-channel CNN (as wmzoo.nn.cnn)
         self.encoder.to(memory_format=torch.channels_last)
         self.decoder.to(memory_format=torch.channels_last)
