@@ -155,3 +155,27 @@ def test_step_components_skips_only_the_component_whose_loss_is_not_finite() -> 
     assert all(torch.equal(p, q) for p, q in zip(b.parameters(), b0, strict=True))
     assert (optimizers["a"].updates, optimizers["a"].skipped) == (1, 0)
     assert (optimizers["b"].updates, optimizers["b"].skipped) == (0, 1)
+
+
+def test_a_component_starts_at_its_update() -> None:
+    # Table 3's "start after epochs" as OptimSpec.start. Catches: a component stepping before its
+    # start, its loss's gradient leaking into the shared backward (it would move the others'
+    # shared inputs), a start off by one (update `start` is the first that steps).
+    from wmzoo.optim import step_components, world_model_optimizers
+    from wmzoo.specs import OptimSpec
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    opts = world_model_optimizers({
+        "first": (list(a.parameters()), OptimSpec(lr=0.1)),
+        "later": (list(b.parameters()), OptimSpec(lr=0.1, start=2)),
+    })
+    x = torch.randn(4, 2)
+    for update in range(3):
+        before = b.weight.detach().clone()
+        norms = step_components(opts, {"first": a(x).pow(2).mean(), "later": b(x).pow(2).mean()}, update)
+        assert set(norms) == ({"first", "later"} if update >= 2 else {"first"})
+        assert torch.equal(b.weight, before) == (update < 2)
+        assert b.weight.grad is None or update >= 2
+    assert opts["first"].updates == 3 and opts["later"].updates == 1
+    assert step_components(opts, {"first": a(x).sum(), "later": b(x).sum()}) .keys() == {"first", "later"}

@@ -51,6 +51,18 @@ def adamw(params: Iterable[nn.Parameter], spec: OptimSpec) -> torch.optim.AdamW:
     )
 
 
+def decay_linear_weights_only(*modules: nn.Module) -> None:
+    """Weight decay on the weights of ``nn.Linear`` layers only: every other parameter of
+    ``modules`` (biases, norms, embeddings, learned tokens) is marked ``_optim = {"weight_decay":
+    0}`` for :func:`adamw`. minGPT's ``configure_optimizers`` rule, which IRIS's and REM's codes
+    follow (REM table 3: "excluding biases, norms and embeddings")."""
+    decayed = {id(m.weight) for module in modules for m in module.modules() if isinstance(m, nn.Linear)}
+    for module in modules:
+        for p in module.parameters():
+            if id(p) not in decayed:
+                p._optim = {**getattr(p, "_optim", {}), "weight_decay": 0.0}  # type: ignore[attr-defined]
+
+
 def set_learning_rate(optimizer: torch.optim.Optimizer, spec: OptimSpec, update: int) -> None:
     """Set every group's rate to :func:`learning_rate` times the group's ``lr_scale``."""
     lr = learning_rate(spec, update)
@@ -126,11 +138,20 @@ def world_model_optimizers(components: dict[str, tuple[list[nn.Parameter], Optim
     return {name: Optimizer(params, spec) for name, (params, spec) in components.items()}
 
 
-def step_components(optimizers: dict[str, Optimizer], losses: dict[str, Tensor]) -> dict[str, float]:
-    """One update of every component: a shared backward pass over the summed losses, then each
-    component's clipped step, skipped where its loss or gradient is not finite (see
-    :class:`Optimizer`). Returns each component's gradient norm."""
-    for opt in optimizers.values():
-        opt.zero_grad()
-    sum(losses.values()).backward()  # type: ignore[union-attr]
-    return {name: opt.step(losses[name], backward=False) for name, opt in optimizers.items()}
+def step_components(
+    optimizers: dict[str, Optimizer], losses: dict[str, Tensor], update: int | None = None
+) -> dict[str, float]:
+    """One update of the components that have started: a shared backward pass over their summed
+    losses, then each one's clipped step, skipped where its loss or gradient is not finite (see
+    :class:`Optimizer`). A component starts at the trainer's 0-based ``update`` ``spec.start``
+    (``update=None``: all have); one that has not gets no gradient and no step. Returns the
+    gradient norm of each component that stepped."""
+    active = [n for n, opt in optimizers.items() if update is None or update >= opt.spec.start]
+    for name in active:
+        optimizers[name].zero_grad()
+    if not active:
+        return {}
+    total = sum(losses[name] for name in active)
+    if total.requires_grad:  # type: ignore[union-attr]
+        total.backward()  # type: ignore[union-attr]
+    return {name: optimizers[name].step(losses[name], backward=False) for name in active}

@@ -42,6 +42,11 @@ class OptimSpec(Spec):
         0, ge=0, description="cosine: updates after warm-up until the rate reaches min_lr_ratio·lr"
     )
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine: final rate as a fraction of lr")
+    start: int = Field(
+        0, ge=0, le=10**9,
+        description="trainer updates before this component's first step (a table's 'start after "
+        "epochs' x updates per epoch): before it, its loss is computed and logged but not trained",
+    )
 
     @model_validator(mode="after")
     def _cosine_needs_a_length(self) -> OptimSpec:

@@ -22,12 +22,12 @@ the output at ``a_t``.
 Training (``loss``): two components, each with its own optimizer —
 ``tokenizer``: equation 8 of REM / IRIS's VQ-VAE loss on ``tokenizer_frames`` frames drawn uniformly
 from the batch; ``world_model``: cross-entropies of next tokens, reward class and termination on
-the tokens of the batch (computed without gradient: the tokenizer is not trained by G). Sequences
-longer than ``max_blocks`` steps are cut into windows of ``max_blocks``. Where a window holds the
-start of a new episode, G attends only within each episode and positions restart at 0 there
-(the official code samples windows inside one episode, padding the rest). A step counter buffer
-implements table 3's "start after epochs": the world-model loss is zero (no gradient) until
-``world_model_start`` updates have trained the tokenizer.
+the tokens of the batch (computed without gradient: the tokenizer is not trained by G).
+Sequences longer than ``max_blocks`` steps are cut into windows of ``max_blocks``. Where a window
+holds the start of a new episode, G attends only within each episode and positions restart at 0
+there (the official code samples windows inside one episode, padding the rest). Table 3's "start
+after epochs" is the world-model optimizer's ``optim.start``: trainer updates before G first
+trains, the tokenizer alone training meanwhile (``paper``: 20 epochs × 200 = 4000).
 
 Imagination (``imagine_step``): the state carries the current frame's tokens, its reconstruction
 and a preallocated KV cache that already holds the frame (the context at imagination start is the
@@ -50,6 +50,7 @@ from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, W
 from wmzoo.nn.heads import EndHead, SignRewardHead, TokenHead, reward_cont_targets, sample_class, start_conts
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
 from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
+from wmzoo.optim import decay_linear_weights_only
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
 # --------------------------------------------------------------------------- spec
@@ -82,9 +83,6 @@ class IrisSpec(WorldModelSpec):
     )
     tokenizer_frames: int = Field(
         256, ge=1, le=65536, description="frames per tokenizer update, drawn uniformly from the batch"
-    )
-    world_model_start: int = Field(
-        0, ge=0, description="tokenizer updates before the world model starts training (table 3 schedule)"
     )
     burn_in: int = Field(
         20, ge=0, le=1024,
@@ -127,8 +125,6 @@ class IrisWorldModel(WorldModel):
     """IRIS's tokenizer and transformer world model behind wmzoo's ``WorldModel`` contract."""
 
     spec: IrisSpec
-    updates: Tensor
-
     def __init__(self, spec: IrisSpec, env: EnvInfo) -> None:
         super().__init__()
         self.spec, self.env = spec, env
@@ -149,14 +145,7 @@ class IrisWorldModel(WorldModel):
         self.head_end = EndHead(spec.embed_dim)
         for part in self._world_model_parts():
             part.apply(init_gpt_weights)
-        # IRIS (minGPT's configure_optimizers): weight decay on Linear weights only, not on
-        # biases, LayerNorms or embeddings (REM's table 3 decay likewise excludes them)
-        decayed = {id(m.weight) for m in self.modules() if isinstance(m, nn.Linear)}
-        for part in self._world_model_parts():
-            for p in part.parameters():
-                if id(p) not in decayed:
-                    p._optim = {"weight_decay": 0.0}  # type: ignore[attr-defined]
-        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
+        decay_linear_weights_only(*self._world_model_parts())  # IRIS: minGPT's rule
 
     def _world_model_parts(self) -> list[nn.Module]:
         return [self.obs_emb, self.act_emb, self.pos_emb, self.transformer,
@@ -200,19 +189,14 @@ class IrisWorldModel(WorldModel):
 
     # -- training -------------------------------------------------------------------------
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
-        if self.training:
-            self.updates += 1
         frames = batch.obs.flatten(0, 1)
         pick = torch.randperm(frames.shape[0], device=frames.device)[: self.spec.tokenizer_frames]
         tok_loss, metrics = self.tokenizer.loss(frames[pick])
 
         with torch.no_grad():
             all_tokens = self.tokenizer.encode(batch.obs)  # [B, T, K], no gradient into V
-        if int(self.updates) > self.spec.world_model_start or not self.training:
-            wm_loss, wm_metrics = self._world_model_loss(batch, all_tokens)
-            metrics.update(wm_metrics)
-        else:
-            wm_loss = torch.zeros((), device=frames.device, requires_grad=True)
+        wm_loss, wm_metrics = self._world_model_loss(batch, all_tokens)
+        metrics.update(wm_metrics)
 
         start, start_cont, burn_in = self._starts(batch, all_tokens)
         return TrainOutput(
@@ -288,7 +272,7 @@ class IrisWorldModel(WorldModel):
 
     def initial_state(self, batch_size: int) -> State:
         """A blank (all-zero) frame's tokens (IRIS has no state before the first observation)."""
-        device = self.updates.device
+        device = self.pos_emb.weight.device
         obs = torch.zeros(batch_size, *self.env.obs_shape, dtype=torch.uint8, device=device)
         return self._state_from_tokens(self.tokenizer.encode(obs))
 
@@ -361,8 +345,8 @@ PRESETS: dict[str, IrisSpec] = {
     # starts imagination after a burn-in of the 20 before it.
     "paper": IrisSpec(
         batch_size=64, seq_len=21, layers=10, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
-        tokenizer_frames=256, world_model_start=4000, burn_in=20, tokenizer=_IRIS_TOKENIZER,
-        optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0),
+        tokenizer_frames=256, burn_in=20, tokenizer=_IRIS_TOKENIZER,
+        optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0, start=4000),
     ),
     # IRIS with REM's configuration (REM appendix A.4, figure 11): REM's tokenizer (table 4,
     # K = 64, N = 512, d = 256; table 3: batch 128, lr 1e-4, wd 0.01, clip 10) and REM's world-model
@@ -372,8 +356,8 @@ PRESETS: dict[str, IrisSpec] = {
     # IRIS's 20-block context.
     "rem-config": IrisSpec(
         batch_size=64, seq_len=10, layers=5, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
-        tokenizer_frames=128, world_model_start=4000, burn_in=9, tokenizer=TokenizerSpec(),
-        optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),
+        tokenizer_frames=128, burn_in=9, tokenizer=TokenizerSpec(),
+        optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0, start=4000),
     ),
 }
 

@@ -40,6 +40,7 @@ from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, W
 from wmzoo.nn.heads import EndHead, SignRewardHead, TokenHead, masked_mean, reward_cont_targets, start_conts
 from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
+from wmzoo.optim import decay_linear_weights_only
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
 # --------------------------------------------------------------------------- spec
@@ -66,11 +67,6 @@ class REMSpec(WorldModelSpec):
         128, ge=0, le=100_000,
         description="frames of each batch the tokenizer trains on (table 3: batch 128; 0: all)",
     )
-    world_model_start: int = Field(
-        0, ge=0,
-        description="updates during which only the tokenizer learns (table 3: M starts 20 epochs "
-        "of 200 steps after V)",
-    )
     optim: OptimSpec = Field(
         OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),
         description="optimizer of M (table 3: lr 2e-4, wd 0.05, clip 100)",
@@ -94,7 +90,6 @@ class REMWorldModel(WorldModel):
     figure 4, exactly two RetNet calls per imagined step)."""
 
     spec: REMSpec
-    updates: Tensor
 
     def __init__(self, spec: REMSpec, env: EnvInfo) -> None:
         super().__init__()
@@ -111,13 +106,9 @@ class REMWorldModel(WorldModel):
         self.obs_head = TokenHead(d, self.tokenizer.vocab_size)
         self.reward_head = SignRewardHead(d) if spec.reward_loss == "sign" else TokenHead(d, 1)
         self.end_head = EndHead(d)
-        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
-        # as the official code: M's weight decay skips biases, norms and embeddings (read by
-        # wmzoo.optim.adamw); only Linear weights decay
-        for name, p in self.named_parameters():
-            if not name.startswith("tokenizer.") and not (name.endswith("weight") and p.dim() == 2
-                                                       and "embed" not in name):
-                p._optim = {"weight_decay": 0.0}  # type: ignore[attr-defined]
+        # as the official code: M's weight decay skips biases, norms and embeddings
+        decay_linear_weights_only(*(m for name, m in self.named_children() if name != "tokenizer"))
+        self.pred_tokens._optim = {"weight_decay": 0.0}  # type: ignore[attr-defined]  # E_u: an embedding
         side = self.tokenizer.side
         self.feature_shape = (spec.tokenizer.embed_dim, side, side)
 
@@ -171,8 +162,8 @@ class REMWorldModel(WorldModel):
         """V's equation 8 on ``tokenizer_frames`` frames of the batch, and M's cross-entropies of
         the next tokens, the reward (sign classes or MSE) and the termination (section 2.4).
 
-        Before ``world_model_start`` updates (a step counter buffer, saved with checkpoints) M's
-        loss is reported detached, so M's parameters get no gradient and AdamW leaves them alone.
+        Table 3's "M starts after 20 epochs" is ``optim.start``: the trainer computes and logs
+        M's loss before it but gives it no gradient.
         """
         spec = self.spec
         B, T = batch.shape
@@ -183,27 +174,23 @@ class REMWorldModel(WorldModel):
 
         with torch.no_grad():
             tokens = self.tokenizer.encode(batch.obs)  # [B, T, K]
-        active = not self.training or int(self.updates) >= spec.world_model_start
-        with torch.set_grad_enabled(torch.is_grad_enabled() and active):
-            real, pred = self.pop_forward(tokens, batch.action, batch.is_first)
-            logits = self.obs_head(pred)  # [B, T, K, N]
-            # the official code's loss skips the first `context` blocks of a segment (its
-            # `context_length`, table 7): their state has seen less than an imagination start's
-            obs_mask = ~batch.is_first
-            obs_mask[:, : spec.context] = False
-            ce = F.cross_entropy(logits.flatten(0, 2), tokens.flatten(), reduction="none")
-            obs_loss = masked_mean(ce.view(B, T, -1).mean(-1), obs_mask)
-            act_out = real[:, :-1, -1]  # the action token of blocks 0..T-2
-            reward_target, cont_target, mask = reward_cont_targets(batch)
-            mask[:, : spec.context] = False
-            if isinstance(self.reward_head, SignRewardHead):
-                reward_loss = self.reward_head.loss(act_out, reward_target, mask)
-            else:
-                reward_loss = masked_mean((self.reward_head(act_out).squeeze(-1) - reward_target) ** 2, mask)
-            end_loss = self.end_head.loss(act_out, 1.0 - cont_target, mask)
-            wm_loss = obs_loss + reward_loss + end_loss
-        if self.training:
-            self.updates += 1
+        real, pred = self.pop_forward(tokens, batch.action, batch.is_first)
+        logits = self.obs_head(pred)  # [B, T, K, N]
+        # the official code's loss skips the first `context` blocks of a segment (its
+        # `context_length`, table 7): their state has seen less than an imagination start's
+        obs_mask = ~batch.is_first
+        obs_mask[:, : spec.context] = False
+        ce = F.cross_entropy(logits.flatten(0, 2), tokens.flatten(), reduction="none")
+        obs_loss = masked_mean(ce.view(B, T, -1).mean(-1), obs_mask)
+        act_out = real[:, :-1, -1]  # the action token of blocks 0..T-2
+        reward_target, cont_target, mask = reward_cont_targets(batch)
+        mask[:, : spec.context] = False
+        if isinstance(self.reward_head, SignRewardHead):
+            reward_loss = self.reward_head.loss(act_out, reward_target, mask)
+        else:
+            reward_loss = masked_mean((self.reward_head(act_out).squeeze(-1) - reward_target) ** 2, mask)
+        end_loss = self.end_head.loss(act_out, 1.0 - cont_target, mask)
+        wm_loss = obs_loss + reward_loss + end_loss
         metrics.update({
             "world_model/obs_loss": float(obs_loss.detach()),
             "world_model/reward_loss": float(reward_loss.detach()),
@@ -212,7 +199,7 @@ class REMWorldModel(WorldModel):
         })
         start, burn_in = self._start_states(tokens, batch)
         return TrainOutput(
-            losses={"tokenizer": tok_loss, "world_model": wm_loss if active else wm_loss.detach()},
+            losses={"tokenizer": tok_loss, "world_model": wm_loss},
             metrics=metrics,
             start=start,
             start_cont=start_conts(batch).flatten(),
@@ -357,10 +344,10 @@ PRESETS: dict[str, REMSpec] = {
         blocks_per_chunk=3,  # table 7: c = 3
         context=2,  # table 7: world model context length 2
         tokenizer_frames=128,  # table 3: tokenizer batch 128
-        world_model_start=4000,  # table 3: V from epoch 5, M from 25, 200 steps per epoch each
         tokenizer=TokenizerSpec(),  # tables 2-4: K = 64, N = 512, d = 256; lr 1e-4, wd 0.01, clip 10
         retnet=RetNetSpec(),  # table 7: 5 layers, 4 heads, d 256, FFN 1024, dropout 0.1, eps 1e-6
-        optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0),  # table 3
+        # table 3; M from epoch 25, V from 5, 200 steps per epoch each: 4000 updates later
+        optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0, start=4000),
     ),
 }
 

@@ -71,14 +71,14 @@ def test_interrupted_offline_run_saves_the_world_model_so_far(capsys, tmp_path, 
     original = loop.WorldModelBatches.update
     seen: dict = {"calls": 0, "on_disk": []}
 
-    def update_then_interrupt(self):
+    def update_then_interrupt(self, update=None):
         seen["calls"] += 1
         seen["agent"] = self.agent
         if checkpoint.exists():  # written by the periodic checkpoint after the previous update
             seen["on_disk"].append(load_checkpoint(checkpoint)["progress"]["updates"])
         if seen["calls"] == 3:
             raise KeyboardInterrupt
-        return original(self)
+        return original(self, update)
 
     monkeypatch.setattr(loop.WorldModelBatches, "update", update_then_interrupt)
     code = main(["run", "--offline", str(data), "--logdir", str(logdir), "--steps", "10",

@@ -45,13 +45,16 @@ class Agent(nn.Module):
         as ``policy/<name>`` (the prefixes of their logged scalars)."""
         return {**self.optimizers, **{f"policy/{k}": o for k, o in self.policy.optimizers().items()}}
 
-    def train_world_model(self, batch: Batch, carry: State | None = None) -> TrainOutput:
-        """One update of every world-model component (one shared backward pass)."""
+    def train_world_model(self, batch: Batch, carry: State | None = None, update: int | None = None) -> TrainOutput:
+        """One update of the world-model components that have started by the trainer's 0-based
+        ``update`` (``OptimSpec.start``; one shared backward pass). Every component's loss is
+        logged; a gradient norm only for those that stepped."""
         self.world_model.train()
         out = self.world_model.loss(batch.to(self.device), carry)
-        for name, norm in step_components(self.optimizers, out.losses).items():
+        for name, norm in step_components(self.optimizers, out.losses, update).items():
             out.metrics[f"{name}/grad_norm"] = norm
-            out.metrics[f"{name}/loss"] = float(out.losses[name].detach())
+        for name, loss in out.losses.items():
+            out.metrics[f"{name}/loss"] = float(loss.detach())
         return out
 
     def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:

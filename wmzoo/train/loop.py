@@ -94,7 +94,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
 
     def update() -> None:
         """One world-model update; the policy's every ``policy_every``, once it has started."""
-        out = batches.update()
+        out = batches.update(progress.updates)
         metrics = dict(out.metrics)
         progress.updates += 1
         if progress.updates > agent.policy.spec.start and progress.updates % T.policy_every == 0:
@@ -163,7 +163,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_pro
 
     with _interrupt_guard(checkpoint, progress, offline=True):
         for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
-            metrics = batches.update().metrics
+            metrics = batches.update(progress.updates).metrics
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
             log_update(guard, logger, progress, metrics, progress.updates)
             if progress.updates % run.train.log_every == 0:
@@ -215,13 +215,14 @@ class WorldModelBatches:
         self.stream = replay.stream(*self.size) if agent.world_model.stateful_training else None
         self.carry: State | None = None
 
-    def update(self) -> TrainOutput:
+    def update(self, update: int | None = None) -> TrainOutput:
+        """One world-model update; ``update`` (0-based) decides which components have started."""
         batch = next(self.stream) if self.stream is not None else self.replay.sample(*self.size)
         if self.carry is not None:
             fresh = self.agent.world_model.initial_state(batch.shape[0])
             device = next(iter(self.carry.values())).device
             self.carry = reset_state(self.carry, fresh, batch.is_first[:, 0].to(device))
-        out = self.agent.train_world_model(batch, self.carry)
+        out = self.agent.train_world_model(batch, self.carry, update)
         self.carry = out.carry
         return out
 

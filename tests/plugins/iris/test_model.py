@@ -117,16 +117,11 @@ def test_k_plus_one_transformer_calls_per_imagined_step(side: int) -> None:
     assert len(calls) == wm.K + 2 and int(state["length"][0]) == 2 * wm.K + 1
 
 
-def test_world_model_loss_terms_and_schedule() -> None:
-    wm = _model(side=2, world_model_start=2).train()
+def test_world_model_loss_terms_and_starts() -> None:
+    wm = _model(side=2).train()
     data = synthetic_batch(ENV, 2, 4, torch.device("cpu"))
     data.reward[:] = torch.tensor([[-2.0, 0.0, 3.0, 0.5], [0.0, 0.0, 0.0, 0.0]])
     out = wm.loss(data)
-    assert out.losses["world_model"].item() == 0.0 and "world_model/obs_ce" not in out.metrics
-    out.losses["world_model"].backward()  # a leaf: no gradient reaches the transformer
-    assert all(p.grad is None for p in wm.transformer.parameters())
-    wm.loss(data)
-    out = wm.loss(data)  # the third update trains the world model
     assert out.losses["world_model"].item() > 0
     # the world-model loss does not reach the tokenizer (tokens are computed without gradient)
     out.losses["world_model"].backward()
