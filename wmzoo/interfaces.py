@@ -286,6 +286,14 @@ class WorldModel(nn.Module, ABC):
     def decode(self, state: State) -> Tensor:
         """Images ``uint8 [B, C, H, W]`` the model predicts for ``state``."""
 
+    def imagination_starts(self, segments: Batch) -> tuple[State, Tensor, BurnIn | None]:
+        """For a policy that samples its own segments (``policy.segment > 0``, as the official
+        IRIS, REM and Δ-IRIS actor-critics do): the start state at the last step of each row
+        (detached), its continue flag ``[N]``, and the row's steps before it as a :class:`BurnIn`
+        (or ``None``). Called without gradient. The default: this backbone has none (the agent
+        refuses such a policy when it is built)."""
+        raise NotImplementedError
+
     def observe(self, batch: Batch, state: State | None = None) -> State:
         """Filter a whole batch of real sequences and return the state after its last step.
 

@@ -77,6 +77,20 @@ class PolicySpec(Spec):
         0.0, ge=0, le=1, description="ε-greedy collection: the chance of a uniformly random "
         "action at each env step of training (REM table 2: 0.01)",
     )
+    segment: int = Field(
+        0, ge=0, le=10_000,
+        description="0: imagine from the world-model batch's start states; n >= 2: sample max_starts "
+        "segments of n steps of the policy's own and imagine from each one's last step, the n - 1 "
+        "before it burning the policy in (IRIS/REM table 3: 128 x 21; Δ-IRIS: 86 x 6)",
+    )
+
+    @model_validator(mode="after")
+    def _segments_need_a_batch(self) -> PolicySpec:
+        if self.segment == 1:
+            raise ValueError("segment 1 leaves no step to burn in: use 0 (the world model's starts) or >= 2")
+        if self.segment and not self.max_starts:
+            raise ValueError(f"segment {self.segment} samples max_starts segments: set max_starts >= 1")
+        return self
 
 
 class TrainSpec(Spec):

@@ -143,10 +143,13 @@ PRESETS: dict[str, IrisActorCriticSpec] = {
     "small": IrisActorCriticSpec(horizon=15, channels=(16, 16, 32, 32), lstm=256,
                                  optim=OptimSpec(lr=1e-4, clip=10.0)),
     # IRIS: H = 20, γ 0.995, λ 0.95, entropy 0.001, Adam 1e-4, clip 10; collection ε 0.01;
-    # from epoch 50, 45 epochs x 200 world-model updates after the tokenizer's first (epoch 5).
-    "paper": IrisActorCriticSpec(horizon=20, start=45 * 200, epsilon=0.01),
-    # REM table 2 / 3 / 5: H = 10, ε 0.01; actor-critic lr 1e-4, clip 3, wd 0.01, from epoch 50.
+    # from epoch 50, 45 epochs x 200 world-model updates after the tokenizer's first (epoch 5);
+    # its own batch of 64 segments of 21 frames: 20 burn in, the last starts imagination.
+    "paper": IrisActorCriticSpec(horizon=20, start=45 * 200, epsilon=0.01, max_starts=64, segment=21),
+    # REM table 2 / 3 / 5: H = 10, ε 0.01; actor-critic lr 1e-4, clip 3, wd 0.01, from epoch 50;
+    # batch 128 x 21 (REM's code).
     "rem-config": IrisActorCriticSpec(
-        horizon=10, start=45 * 200, epsilon=0.01, optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=3.0)
+        horizon=10, start=45 * 200, epsilon=0.01, max_starts=128, segment=21,
+        optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=3.0),
     ),
 }

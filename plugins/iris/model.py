@@ -86,7 +86,8 @@ class IrisSpec(WorldModelSpec):
     )
     burn_in: int = Field(
         20, ge=0, le=1024,
-        description="real frames before each imagination start given to the policy to burn in (at most seq_len - 1)",
+        description="real frames before each imagination start given to the policy to burn in (at most "
+        "the policy's segment - 1; from the world-model batch, seq_len - 1)",
     )
     optim: OptimSpec = Field(
         default_factory=lambda: OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0),
@@ -97,11 +98,6 @@ class IrisSpec(WorldModelSpec):
     def _heads_divide(self) -> IrisSpec:
         if self.embed_dim % self.heads:
             raise ValueError(f"embed_dim {self.embed_dim} must be divisible by heads {self.heads}")
-        if self.burn_in > self.seq_len - 1:  # imagination starts at a segment's last frame
-            raise ValueError(
-                f"burn_in {self.burn_in} needs segments of burn_in + 1 steps; set seq_len >= {self.burn_in + 1} "
-                f"or burn_in <= {self.seq_len - 1}"
-            )
         return self
 
 
@@ -246,6 +242,12 @@ class IrisWorldModel(WorldModel):
         context = self.tokenizer.decode(tokens[:, T - 1 - n : T - 1])
         return start, start_cont, BurnIn(features=context, is_first=batch.is_first[:, T - 1 - n :])
 
+    @torch.no_grad()
+    def imagination_starts(self, segments: Batch) -> tuple[State, Tensor, BurnIn]:
+        """IRIS's actor-critic batch (64 × 21 with ``iris-ac`` ``paper``'s ``segment``): start at
+        each segment's last frame, the ``burn_in`` frames before it burn the policy in."""
+        return self._starts(segments, self.tokenizer.encode(segments.obs))
+
     # -- states -----------------------------------------------------------------------------
     def _empty_cache(self, batch: int, device: torch.device) -> KVCache:
         t = self.transformer
@@ -340,11 +342,10 @@ PRESETS: dict[str, IrisSpec] = {
     ),
     # IRIS (Micheli et al. 2023, appendix B and config): 10 layers, 4 heads, d 256, dropout 0.1,
     # 20 blocks of 17 tokens; AdamW lr 1e-4, wd 0.01, clip 10; world model from epoch 25,
-    # tokenizer from epoch 5: 20 epochs × 200 tokenizer steps before it. Segments of 21 steps,
-    # IRIS's actor-critic segments: G trains on the first 20 (its 64 × 20 batch), the 21st
-    # starts imagination after a burn-in of the 20 before it.
+    # tokenizer from epoch 5: 20 epochs × 200 tokenizer steps before it; batch 64 × 20; the
+    # actor-critic's own 64 × 21 segments (iris-ac paper) burn in on 20 frames.
     "paper": IrisSpec(
-        batch_size=64, seq_len=21, layers=10, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
+        batch_size=64, seq_len=20, layers=10, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
         tokenizer_frames=256, burn_in=20, tokenizer=_IRIS_TOKENIZER,
         optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0, start=4000),
     ),
@@ -352,21 +353,21 @@ PRESETS: dict[str, IrisSpec] = {
     # K = 64, N = 512, d = 256; table 3: batch 128, lr 1e-4, wd 0.01, clip 10) and REM's world-model
     # size (table 7: 5 layers, 4 heads, d 256, dropout 0.1) and optimisation (table 3: batch 64,
     # lr 2e-4, wd 0.05, clip 100; start after epochs 5 / 25 → 4000 tokenizer updates first);
-    # 10-step segments as REM trains (its code), so a burn-in of the 9 steps before each start;
-    # IRIS's 20-block context.
+    # 10-step segments as REM trains (its code); IRIS's 20-block context; the actor-critic's
+    # own 128 × 21 segments (iris-ac rem-config) burn in on 20 frames.
     "rem-config": IrisSpec(
         batch_size=64, seq_len=10, layers=5, embed_dim=256, heads=4, dropout=0.1, max_blocks=20,
-        tokenizer_frames=128, burn_in=9, tokenizer=TokenizerSpec(),
+        tokenizer_frames=128, burn_in=20, tokenizer=TokenizerSpec(),
         optim=OptimSpec(lr=2e-4, weight_decay=0.05, clip=100.0, start=4000),
     ),
 }
 
 # The run presets whose trainer schedule is IRIS's (appendix B and its config) or REM's (table 3)
 # (`--set train.…` still wins). An epoch is 200 env steps, then 200 updates of each component:
-# one world-model update per env step (train_ratio = its batch, 64 x 21 replayed steps); with
+# one world-model update per env step (train_ratio = its batch, 64 x 20 replayed steps); with
 # rem-config, REM's 64 x 10 batch and 100 actor-critic updates per epoch. 600 epochs of which the
 # last 100 collect nothing.
-_IRIS_SCHEDULE = {"train_ratio": 64 * 21, "policy_every": 1, "final_updates": 100 * 200}
+_IRIS_SCHEDULE = {"train_ratio": 64 * 20, "policy_every": 1, "final_updates": 100 * 200}
 _REM_SCHEDULE = {"train_ratio": 64 * 10, "policy_every": 2, "final_updates": 100 * 200}
 RUN_PRESETS: dict[str, RunPreset] = {
     "paper": RunPreset(model="paper", policy="paper", train="paper", schedule=_IRIS_SCHEDULE),

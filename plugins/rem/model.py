@@ -242,6 +242,22 @@ class REMWorldModel(WorldModel):
             return start, empty
         return start, BurnIn(torch.stack(features, 1), first, torch.stack(actions, 1))
 
+    @torch.no_grad()
+    def imagination_starts(self, segments: Batch) -> tuple[State, Tensor, BurnIn]:
+        """The official actor-critic batch (128 × 21 with ``rem-ac`` ``paper``'s ``segment``): M
+        starts at each segment's last frame from its ``context − 1`` blocks before (as
+        :meth:`_start_states`), and C burns in on every frame before it, with its action (the
+        official config's 20 frames; reset where an episode starts)."""
+        B, T = segments.shape
+        tokens = self.tokenizer.encode(segments.obs)  # [B, T, K]
+        c = min(self.spec.context, T)  # only the blocks M's start state reads
+        starts, _ = self._start_states(tokens[:, T - c :], segments.slice(T - c, T))
+        last = torch.arange(B, device=tokens.device) * c + (c - 1)
+        start = {k: v[last] for k, v in starts.items()}
+        cont = start_conts(segments)[:, -1]
+        features = self.features({"tokens": tokens[:, :-1].flatten(0, 1)}).unflatten(0, (B, T - 1))
+        return start, cont, BurnIn(features, segments.is_first, segments.action[:, :-1])
+
     # -- filtering and imagination -----------------------------------------------------------
     def initial_state(self, batch_size: int) -> State:
         device = self.pred_tokens.device

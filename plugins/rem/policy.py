@@ -163,5 +163,5 @@ POLICY_PRESETS: dict[str, REMActorCriticSpec] = {
     # table 2: H = 10, collection ε 0.01; table 3: batch 128 imagination starts, lr 1e-4,
     # wd 0.01, clip 3, from epoch 50 (45 epochs x 200 world-model updates after the tokenizer's
     # first, at epoch 5); tables 5-6.
-    "paper": REMActorCriticSpec(horizon=10, max_starts=128, start=45 * 200, epsilon=0.01),
+    "paper": REMActorCriticSpec(horizon=10, max_starts=128, segment=21, start=45 * 200, epsilon=0.01),
 }

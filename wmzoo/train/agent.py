@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from wmzoo.errors import WmzooError
+from wmzoo.errors import SpecError, WmzooError
 from wmzoo.imagination import imagine
-from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, index_state, reset_state
+from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, index_state, reset_state
 from wmzoo.optim import Optimizer, step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
@@ -28,6 +28,11 @@ class Agent(nn.Module):
         self.world_model = build_world_model(run.backbone, run.model, env)
         self.policy = build_policy(run.policy_name, run.policy, self.world_model.feature_shape, env)
         self.optimizers = world_model_optimizers(self.world_model.components())
+        if run.policy.segment and type(self.world_model).imagination_starts is WorldModel.imagination_starts:
+            raise SpecError(
+                f"policy.segment={run.policy.segment}: backbone '{run.backbone}' cannot start "
+                "imagination from segments of its own (no WorldModel.imagination_starts); set policy.segment=0"
+            )
         for name, opt in self.policy.optimizers().items():
             if not isinstance(opt, Optimizer):
                 raise WmzooError(
@@ -57,9 +62,16 @@ class Agent(nn.Module):
             out.metrics[f"{name}/loss"] = float(loss.detach())
         return out
 
-    def train_policy(self, out: TrainOutput, generator: torch.Generator | None = None) -> dict[str, float]:
-        """Imagine from the batch's start states and let the policy learn from it."""
+    def train_policy(
+        self, out: TrainOutput, generator: torch.Generator | None = None, segments: Batch | None = None,
+    ) -> dict[str, float]:
+        """Imagine from the world-model batch's start states (``out``), or from the last steps of
+        the policy's own ``segments`` (``policy.segment > 0``), and let the policy learn."""
         start, cont, context = out.start, out.start_cont, out.burn_in
+        if segments is not None:
+            self.world_model.eval()
+            with torch.no_grad():
+                start, cont, context = self.world_model.imagination_starts(segments.to(self.device))
         limit = self.policy.spec.max_starts
         n = cont.shape[0]
         if limit and n > limit:

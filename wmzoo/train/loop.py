@@ -7,8 +7,9 @@ Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share
 2. for every env step, act with the policy on the world model's filtered state (ε-greedy with
    the policy spec's ``epsilon``) and store the row;
 3. every ``B·T / train_ratio`` env steps, train the world model on a replayed batch, then (every
-   ``policy_every`` updates, after ``policy.start``) imagine from the batch's states and train the
-   policy on the imagined trajectories;
+   ``policy_every`` updates, after ``policy.start``) imagine from the batch's states — or from
+   the last steps of ``policy.max_starts`` segments of ``policy.segment`` steps sampled for the
+   policy — and train the policy on the imagined trajectories;
 4. after the last env step, ``final_updates`` more updates without collecting;
 5. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
    an imagination GIF.
@@ -98,7 +99,9 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         metrics = dict(out.metrics)
         progress.updates += 1
         if progress.updates > agent.policy.spec.start and progress.updates % T.policy_every == 0:
-            metrics.update(agent.train_policy(out))
+            P = agent.policy.spec
+            segments = replay.sample(P.max_starts, P.segment) if P.segment else None  # its own batch
+            metrics.update(agent.train_policy(out, segments=segments))
         log_update(guard, logger, progress, metrics, progress.env_steps + progress.final)
 
     with _interrupt_guard(checkpoint, progress):

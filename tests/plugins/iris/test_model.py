@@ -252,3 +252,17 @@ def test_world_model_loss_targets_by_hand() -> None:
         reward = torch.stack([F.cross_entropy(wm.head_reward(out[:, t, -1]), sign[:, t], reduction="none") for t in range(3)]).mean()
         end = torch.stack([F.cross_entropy(wm.head_end(out[:, t, -1]), torch.zeros(2, dtype=torch.long), reduction="none") for t in range(3)]).mean()
     assert loss.item() == pytest.approx((obs + reward + end).item(), rel=1e-5)
+
+
+def test_imagination_starts_of_the_policys_own_segments() -> None:
+    # IRIS's 64 x 21 actor-critic batch: the cache holds each segment's last frame, the burn_in
+    # frames before it are reconstructions. Catches: a start one frame early, a burn-in that
+    # includes the start frame.
+    wm = _model(side=2, max_blocks=4)
+    segments = synthetic_batch(ENV, 2, 5, torch.device("cpu"))
+    with torch.no_grad():
+        start, cont, burn_in = wm.imagination_starts(segments)
+        tokens = wm.tokenizer.encode(segments.obs)
+    assert torch.equal(start["tokens"], tokens[:, -1]) and int(start["length"][0]) == wm.K
+    torch.testing.assert_close(burn_in.features, wm.tokenizer.decode(tokens[:, 2:4]))  # burn_in 2
+    assert torch.equal(burn_in.is_first, segments.is_first[:, 2:]) and cont.shape == (2,)

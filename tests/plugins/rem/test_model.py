@@ -231,3 +231,23 @@ def test_world_model_loss_targets_by_hand():
     assert out.metrics["world_model/obs_loss"] == pytest.approx(obs.item(), rel=1e-4)
     assert out.metrics["world_model/reward_loss"] == pytest.approx(reward.item(), rel=1e-4)
     assert out.metrics["world_model/end_loss"] == pytest.approx(end.item(), rel=1e-4)
+
+
+def test_imagination_starts_of_the_policys_own_segments():
+    # The official actor-critic batch (128 x 21): M starts at each segment's last frame from the
+    # block before it; C burns in on every frame before the start with its action. Catches: a
+    # start taken one frame early, the burn-in including the start frame or skipping the first,
+    # actions shifted against their frames, M's context read from the wrong blocks.
+    wm = _model(5)
+    segments = _batch(5, 3, 6, True)  # an episode starts at step 3 of row 0
+    with torch.no_grad():
+        start, cont, burn_in = wm.imagination_starts(segments)
+        tokens = wm.tokenizer.encode(segments.obs)
+        every, _ = wm._start_states(tokens, segments)  # a start at every step of every row
+    last = torch.arange(3) * 6 + 5
+    for key in start:
+        torch.testing.assert_close(start[key], every[key][last], atol=1e-5, rtol=1e-5)
+    assert torch.equal(start["tokens"], tokens[:, -1])
+    torch.testing.assert_close(burn_in.features, wm.tokenizer.embed(tokens[:, :-1]).transpose(2, 3).unflatten(3, (4, 4)))
+    assert torch.equal(burn_in.actions, segments.action[:, :-1])
+    assert torch.equal(burn_in.is_first, segments.is_first) and cont.shape == (3,)
