@@ -427,3 +427,59 @@ def test_decode_round_trips_obs_above_255():
     feed.add(replay, 0, tag=3, n=600)
     tags, idx = decode(replay.sample(1, 600))
     assert (tags == 3).all() and (idx[0] == np.arange(600)).all()
+
+
+def _stray_files(directory: Path, valid: ChunkName) -> dict[str, str]:
+    """Every kind of stray or malformed file a replay folder may meet, named as the newest chunks
+    (orders far above the real ones, row counts far above the capacity); returns name -> kind."""
+    stream = "f" * 32
+    made: dict[str, str] = {}
+
+    def name(order: int, rows: int) -> str:
+        return ChunkName(order, stream, 0, rows).filename
+
+    good = dict(np.load(directory / valid.filename))
+    (directory / name(900_000_001, 10**6)).write_bytes(b"")
+    made[name(900_000_001, 10**6)] = "empty"
+    raw = (directory / valid.filename).read_bytes()
+    (directory / name(900_000_002, valid.rows)).write_bytes(raw[: len(raw) // 2])
+    made[name(900_000_002, valid.rows)] = "truncated"
+    np.savez(directory / name(900_000_003, 10**6), **good)
+    made[name(900_000_003, 10**6)] = "claims more rows"
+    (directory / name(900_000_004, 4)).write_text("not a chunk\n")
+    made[name(900_000_004, 4)] = "text"
+    (directory / name(900_000_005, 4)).mkdir()
+    made[name(900_000_005, 4)] = "directory"
+    pickled = {**good, "obs": np.array([object()] * valid.rows, dtype=object)}
+    np.savez(directory / name(900_000_006, valid.rows), **pickled)
+    made[name(900_000_006, valid.rows)] = "pickled"
+    other = {**good, "obs": np.zeros((valid.rows, 3, 8, 8), np.uint8)}
+    np.savez(directory / name(900_000_007, valid.rows), **other)
+    made[name(900_000_007, valid.rows)] = "another image shape"
+    return made
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_stray_files_lose_nothing_and_are_never_deleted(tmp_path, readonly):
+    # Catches the defect where one stray file named like a newer chunk, claiming more rows than
+    # the capacity, made --resume delete every chunk (eviction trusted the name before reading),
+    # and where a newest chunk of another image shape hid all the others (--offline: "no
+    # episodes found"); also that no stray file is ever deleted or unpickled.
+    replay = Replay(tmp_path, capacity=64, chunk_size=8)
+    feed = Feed()
+    feed.add(replay, 0, tag=1, n=40)
+    replay.flush()
+    chunks = sorted(tmp_path.glob("*.npz"))
+    made = _stray_files(tmp_path, chunk_names(tmp_path)[-1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = Replay.load(tmp_path, capacity=64) if readonly else Replay(tmp_path, capacity=64, chunk_size=8)
+    assert len(again) == 40
+    assert all(path.exists() for path in chunks)
+    assert all((tmp_path / stray).exists() for stray in made)
+    skipped = "\n".join(str(w.message) for w in caught)
+    for stray in made:
+        assert stray in skipped, f"no warning names {stray} ({made[stray]})"
+    assert "Python objects" in skipped and "the file name says" in skipped
+    tags, _ = feed.check(again.sample(8, 4))
+    assert (tags == 1).all()

@@ -8,9 +8,10 @@ model where to reset.
 A stream is cut into chunks of ``chunk_size`` rows. A worker's newest rows wait in a *pending*
 chunk (already sampleable); once it is full, or on :meth:`Replay.flush`, it becomes a finished
 chunk and, when the replay has a directory, a file in the format of :mod:`wmzoo.data.store`.
-Opening a directory loads the newest readable chunk files that fit the capacity (a writable
-replay deletes the older ones and leftover temporary files; unreadable files are skipped with a
-warning). A new process always starts new streams, so old streams stay sampleable but are never
+Opening a directory loads the newest valid chunk files that fit the capacity (a writable
+replay deletes the older valid ones and leftover temporary files); a file that is not a valid
+chunk, or holds rows of another shape than most rows, is skipped with a warning and never
+deleted. A new process always starts new streams, so old streams stay sampleable but are never
 appended to, and no window joins two streams (nor two pieces of a stream that a missing or
 corrupt file separates).
 
@@ -37,6 +38,7 @@ from wmzoo.data.store import (
     ChunkName,
     RowSpec,
     new_stream_id,
+    peek_chunk,
     read_chunk,
     write_chunk,
 )
@@ -290,10 +292,18 @@ class Replay:
     # ------------------------------------------------------------------------------ loading
 
     def _load(self) -> None:
-        """Load the newest readable chunk files that fit ``capacity``; evict (delete) older ones."""
+        """Load the newest valid chunk files that fit ``capacity``; delete (writable replays
+        only) valid ones older than those.
+
+        Every chunk-named file is first checked by content (its array headers: the fields, no
+        object arrays, the row count its name gives); the row spec that most rows share is the
+        replay's. A file that fails, or holds rows of another spec, is skipped with a warning
+        naming it and is never deleted, and it never counts against the capacity: nothing is
+        deleted that was not read and validated first.
+        """
         names: list[tuple[ChunkName, Path]] = []
         for path in sorted(self.directory.iterdir()):
-            if path.name.endswith(TMP_SUFFIX):  # an interrupted write
+            if path.name.endswith(TMP_SUFFIX) and path.is_file():  # an interrupted write of ours
                 if not self.readonly:
                     path.unlink(missing_ok=True)
                 continue
@@ -304,13 +314,29 @@ class Replay:
             return
         self._next_order = max(name.order for name, _ in names) + 1
         names.sort(key=lambda item: item[0].order, reverse=True)
+        specs: list[tuple[ChunkName, Path, RowSpec]] = []
+        for name, path in names:
+            try:
+                specs.append((name, path, peek_chunk(path, name.rows)))
+            except Exception as error:  # any unreadable file is skipped, never fatal, never deleted
+                warnings.warn(f"replay: skipping {path}: {error}", stacklevel=3)
+        if not specs:
+            return
+        votes: dict[str, int] = {}
+        for name, _, spec in specs:
+            votes[repr(spec)] = votes.get(repr(spec), 0) + name.rows
+        self._spec = next(spec for _, _, spec in specs if votes[repr(spec)] == max(votes.values()))
         loaded: list[_Chunk] = []
-        for i, (name, path) in enumerate(names):
-            if self._size + name.rows > self.capacity:
+        full = False
+        for name, path, spec in specs:
+            if spec != self._spec:
+                warnings.warn(f"replay: skipping {path}: its rows {spec} differ from the other chunks' {self._spec}", stacklevel=3)
+                continue
+            full = full or self._size + name.rows > self.capacity
+            if full:  # read and validated, older than what fits: evicted
                 if not self.readonly:
-                    for _, old in names[i:]:
-                        old.unlink(missing_ok=True)
-                break
+                    path.unlink(missing_ok=True)
+                continue
             data = self._read(path, name.rows)
             if data is None:
                 continue
@@ -325,15 +351,15 @@ class Replay:
         self._finished = deque(sorted(loaded, key=lambda c: c.order))
 
     def _read(self, path: Path, rows: int) -> dict[str, np.ndarray] | None:
-        """A chunk file's arrays, or ``None`` with a warning when it cannot be used."""
+        """A chunk file's arrays, or ``None`` with a warning when they cannot be used (a file
+        whose headers were fine but whose data is truncated)."""
         try:
             data, spec = read_chunk(path, rows)
-            if self._spec is not None and spec != self._spec:
-                raise ValueError(f"rows {spec} differ from the newer chunks' {self._spec}")
+            if spec != self._spec:
+                raise ValueError(f"its rows {spec} differ from the other chunks' {self._spec}")
         except Exception as error:  # any unreadable file is skipped, never fatal
-            warnings.warn(f"replay: skipping chunk file {path}: {error}", stacklevel=4)
+            warnings.warn(f"replay: skipping {path}: {error}", stacklevel=4)
             return None
-        self._spec = spec
         return data
 
     @staticmethod

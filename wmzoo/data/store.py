@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import uuid
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,30 @@ def read_chunk(path: Path, rows: int) -> tuple[dict[str, np.ndarray], RowSpec]:
         if len(value) != rows:
             raise ValueError(f"{key} has {len(value)} rows, the file name says {rows}")
     return data, row_spec(data)
+
+
+def peek_chunk(path: Path, rows: int) -> RowSpec:
+    """A chunk file's row spec read from the array headers alone (no data loaded, nothing
+    unpickled); ``ValueError`` when it lacks a field, holds object arrays or not ``rows`` rows.
+    Other errors (not a zip file, a truncated one) propagate as zipfile or numpy raise them."""
+    shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    with zipfile.ZipFile(path) as archive:
+        members = set(archive.namelist())
+        missing = [key for key in FIELDS if f"{key}.npy" not in members]
+        if missing:
+            raise ValueError(f"it lacks the arrays {missing}")
+        for key in FIELDS:
+            with archive.open(f"{key}.npy") as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+            if dtype.hasobject:
+                raise ValueError(f"{key} holds Python objects (a pickle), which wmzoo never loads")
+            if not shape or shape[0] != rows:
+                raise ValueError(f"{key} has {shape[0] if shape else 0} rows, the file name says {rows}")
+            shapes[key] = (tuple(shape), dtype)
+    empty = {key: np.empty((0, *shape[1:]), dtype) for key, (shape, dtype) in shapes.items()}
+    return row_spec(empty)
 
 
 def row_spec(data: dict[str, np.ndarray]) -> RowSpec:
