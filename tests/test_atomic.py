@@ -30,3 +30,17 @@ def test_the_temporary_file_sits_next_to_the_final_one_and_ends_in_the_suffix(tm
         tmp.write_bytes(b"data")
         assert not (tmp_path / "x.npz").exists()  # nothing at the final name until the end
     assert (tmp_path / "x.npz").read_bytes() == b"data" and not tmp.exists()
+
+
+def test_the_folder_is_flushed_after_the_rename(tmp_path, monkeypatch):
+    # Catches: a rename that a power loss could undo (the folder entry never reached the disk).
+    import os
+    import stat
+
+    from wmzoo.atomic import write_text_atomic
+
+    synced: list[bool] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)) or real(fd))
+    write_text_atomic(tmp_path / "run.yaml", "a: 1\n")
+    assert synced == [False, True]  # the file's data, then the folder's entries

@@ -2,7 +2,8 @@
 
 A writer gets a temporary path next to the final one from :func:`atomic_path`, writes it in
 full, and the file is flushed to disk (fsync) and renamed over the final path
-(:func:`os.replace`, atomic within a folder); on an error the temporary file is removed and an
+(:func:`os.replace`, atomic within a folder), and the folder is flushed too (the rename survives a
+power loss); on an error the temporary file is removed and an
 existing file at the final path is left as it was. Checkpoints, replay and dataset chunk files,
 manifests, ``env.json``, ``run.yaml``, JSON results and images all go through here.
 
@@ -41,8 +42,23 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_folder(path.parent)  # the rename itself survives a power loss
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries to disk (POSIX; a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

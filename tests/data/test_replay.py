@@ -483,3 +483,29 @@ def test_stray_files_lose_nothing_and_are_never_deleted(tmp_path, readonly):
     assert "Python objects" in skipped and "the file name says" in skipped
     tags, _ = feed.check(again.sample(8, 4))
     assert (tags == 1).all()
+
+
+def test_a_chunk_write_cut_short_is_written_by_the_next_flush(tmp_path, monkeypatch):
+    # Catches: SIGTERM or Ctrl-C arriving while a chunk file is written (the handler raises
+    # KeyboardInterrupt inside the write) leaving the chunk marked written, so the flush before
+    # "checkpoint saved" skipped it and its rows were lost from disk.
+    import wmzoo.data.replay as replay_module
+
+    replay = Replay(tmp_path, capacity=100, chunk_size=8)
+    feed = Feed()
+    feed.add(replay, 0, tag=1, n=5)
+    real_write = replay_module.write_chunk
+
+    def interrupted(path, data):
+        monkeypatch.setattr(replay_module, "write_chunk", real_write)
+        raise KeyboardInterrupt  # the signal lands mid-write
+
+    monkeypatch.setattr(replay_module, "write_chunk", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        replay.flush()
+    assert not list(tmp_path.glob("*.npz"))
+    replay.flush()  # what the interrupt guard does before saying "checkpoint saved"
+    assert len(Replay.load(tmp_path)) == 5
+    feed.add(replay, 0, tag=1, n=3)  # and the stream goes on in a new chunk
+    replay.flush()
+    assert len(Replay.load(tmp_path)) == 8

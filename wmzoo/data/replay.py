@@ -219,6 +219,9 @@ class Replay:
             )
         row = self._check_row(obs, action, reward, terminal, is_first)
         chunk = self._pending.get(worker)
+        if chunk is not None and chunk.order is not None:  # frozen, its write was cut short
+            self._finish(worker)
+            chunk = None
         if chunk is None:
             chunk = self._pending[worker] = self._open_chunk(worker)
         for key in FIELDS:
@@ -271,14 +274,20 @@ class Replay:
         return chunk
 
     def _finish(self, worker: int) -> None:
-        chunk = self._pending.pop(worker)
-        chunk.finish(self._next_order)
-        self._next_order += 1
-        self._finished.append(chunk)
+        """Freeze ``worker``'s pending chunk and write its file. The chunk stops being pending
+        only once the file is written, so a write cut short (SIGTERM or Ctrl-C in the middle, a
+        full disk) leaves it pending and the next :meth:`flush` writes it again."""
+        chunk = self._pending[worker]
+        if chunk.order is None:
+            chunk.finish(self._next_order)
+            self._next_order += 1
         if self.directory is not None:
-            name = ChunkName(chunk.order, chunk.stream.id, chunk.index, chunk.rows)
-            chunk.path = self.directory / name.filename
-            write_chunk(chunk.path, chunk.data)
+            assert chunk.order is not None
+            path = self.directory / ChunkName(chunk.order, chunk.stream.id, chunk.index, chunk.rows).filename
+            write_chunk(path, chunk.data)
+            chunk.path = path
+        del self._pending[worker]
+        self._finished.append(chunk)
 
     def _evict(self) -> None:
         while self._size > self.capacity and self._finished:
