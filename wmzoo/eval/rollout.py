@@ -29,7 +29,7 @@ def load_agent(checkpoint: str | Path) -> Agent:
     info = EnvInfo.from_dict(tree["env"])
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
-    agent.load_state_tree(tree)
+    agent.load_state_tree(tree, f"checkpoint {checkpoint}")
     return agent
 
 

@@ -146,11 +146,28 @@ class Agent(nn.Module):
             "policy_optim": {k: o.state_dict() for k, o in self.policy.optimizers().items()},
         }
 
-    def load_state_tree(self, tree: dict[str, Any]) -> None:
-        self.world_model.load_state_dict(tree["world_model"])
-        self.policy.load_state_dict(tree["policy"])
-        for name, opt in self.optimizers.items():
-            opt.load_state_dict(tree["world_model_optim"][name])
-        for name, opt in self.policy.optimizers().items():
-            opt.load_state_dict(tree["policy_optim"][name])
+    def load_state_tree(self, tree: dict[str, Any], source: str = "checkpoint") -> None:
+        """Load a checkpoint's weights and optimizer states; a tree that does not fit this agent
+        (missing or unexpected tensors, other shapes: another model format or preset) is one line
+        naming the first mismatch. Checkpoints from before policies stepped through
+        :class:`wmzoo.optim.Optimizer` (a policy ``updates`` buffer, raw AdamW states) load too."""
+        policy = dict(tree["policy"])
+        legacy = policy.pop("updates", None) if "updates" not in self.policy.state_dict() else None
+        try:
+            self.world_model.load_state_dict(tree["world_model"])
+            self.policy.load_state_dict(policy)
+            for name, opt in self.optimizers.items():
+                opt.load_state_dict(tree["world_model_optim"][name])
+            for name, opt in self.policy.optimizers().items():
+                state = tree["policy_optim"][name]
+                if "opt" not in state:  # a raw AdamW state: its schedule position was the buffer
+                    state = {"opt": state, "updates": 0 if legacy is None else int(legacy)}
+                opt.load_state_dict(state)
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            why = "; ".join(lines)[:400] if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+            raise WmzooError(
+                f"{source} does not fit this wmzoo's {self.run.backbone} / {self.policy_name} "
+                f"(another model format or preset?): {why}"
+            ) from None
 

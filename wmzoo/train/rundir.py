@@ -71,7 +71,7 @@ def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
 def restore_run(agent: Agent, logdir: Path) -> dict[str, Any]:
     """Load ``<logdir>/checkpoint.safetensors`` into ``agent``; returns its progress counters."""
     tree = load_checkpoint(logdir / CHECKPOINT)
-    agent.load_state_tree(tree)
+    agent.load_state_tree(tree, f"checkpoint {logdir / CHECKPOINT}")
     return tree["progress"]
 
 
