@@ -105,3 +105,13 @@ def test_load_config_errors(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("train:\n  steps: 123\n")
     assert load_config(good) == {"train": {"steps": 123}}
+
+
+def test_a_replay_smaller_than_one_batch_is_refused_up_front():
+    # Catches: train.replay_capacity < batch x seq_len accepted, so the run never trains and
+    # crashes at its end.
+    from wmzoo.config import run_spec
+    from wmzoo.errors import WmzooError
+
+    with pytest.raises(WmzooError, match="train.replay_capacity 10 holds less than one batch"):
+        run_spec("rssm", "minigrid-empty-5x5", "tiny", None, None, None, ["train.replay_capacity=10"])

@@ -174,10 +174,21 @@ class RunSpec(Spec):
     env: str
     preset: str
     policy_name: str = Field(description="the policy plugin")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     model: SerializeAsAny[WorldModelSpec]
     policy: SerializeAsAny[PolicySpec]
     train: TrainSpec
+
+    @model_validator(mode="after")
+    def _replay_holds_a_batch(self) -> RunSpec:
+        rows = self.model.batch_size * self.model.seq_len
+        if self.train.replay_capacity < rows:  # the trainer waits for one batch's rows in replay
+            raise ValueError(
+                f"train.replay_capacity {self.train.replay_capacity} holds less than one batch "
+                f"(model.batch_size x model.seq_len = {rows}): nothing would ever train; raise it "
+                f"to at least {rows}"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- overrides
@@ -250,6 +261,9 @@ def describe_error(exc: ValidationError, prefix: str = "", cls: type[BaseModel] 
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown field{_did_you_mean(cls, err['loc'])}"
+    if err["type"] == "value_error":  # a validator's own sentence names its fields
+        msg = msg.removeprefix("Value error, ")
+        return f"{loc}: {msg}" if loc else msg
     given = err.get("input")
     if isinstance(given, (dict, list)):
         return f"{loc}: {msg}"

@@ -21,6 +21,21 @@ from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
 
 
+def resolve_device(name: str) -> torch.device:
+    """``train.device`` as a torch device this machine has; one line otherwise."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise WmzooError(f"train.device={name!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise WmzooError(f"train.device={name}: this machine has no CUDA GPU; use train.device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise WmzooError(f"train.device={name}: this machine has {torch.cuda.device_count()} CUDA GPUs")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise WmzooError(f"train.device={name}: wmzoo runs on cpu, cuda or mps")
+    return device
+
+
 class Agent(nn.Module):
     def __init__(self, run: RunSpec, env: EnvInfo) -> None:
         super().__init__()
@@ -40,7 +55,7 @@ class Agent(nn.Module):
                     "not a wmzoo.optim.Optimizer (a policy steps through one, so that non-finite "
                     "steps are skipped and counted)"
                 )
-        self.device = torch.device(run.train.device)
+        self.device = resolve_device(run.train.device)
         self.to(self.device)
         self._acting: dict[str, Any] | None = None
 

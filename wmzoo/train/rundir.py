@@ -76,9 +76,16 @@ def restore_run(agent: Agent, logdir: Path) -> dict[str, Any]:
 
 
 def data_env_info(data: Path, run: RunSpec) -> EnvInfo:
-    """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's."""
+    """Shapes of recorded data: ``<data>/env.json`` when the recorder wrote one, else the env's.
+    Data recorded on another env than ``run.env`` is refused in one line (a model trained on it
+    would later be evaluated on the wrong env)."""
     info = recorded_env_info(data)
     if info is not None:
+        if info.name != run.env:
+            raise WmzooError(
+                f"--offline {data} was recorded on env {info.name!r}, not {run.env!r}; leave out "
+                f"--env (the recorded env is used) or pass --env {info.name}"
+            )
         return info
     env = make_env(run.env, size=run.train.image_size)
     try:
@@ -112,9 +119,18 @@ def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndar
 
 
 def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
-    """A replayed segment: ``<logdir>/imagination.gif`` and a TensorBoard image strip."""
-    context = min(8, agent.world_model.spec.seq_len)
-    length = min(context + agent.run.train.gif_horizon, len(replay))
-    real, model = imagine_open_loop(agent, replay.sample(1, length), context)
+    """A replayed segment: ``<logdir>/imagination.gif`` and a TensorBoard image strip; none when
+    the run collected too little for one (fewer than 2 rows in a stream)."""
+    length = min(min(8, agent.world_model.spec.seq_len) + agent.run.train.gif_horizon, len(replay))
+    while length >= 2:
+        try:
+            batch = replay.sample(1, length)
+            break
+        except WmzooError:  # no stream that long (several short worker streams)
+            length //= 2
+    else:
+        return
+    context = min(8, agent.world_model.spec.seq_len, length - 1)
+    real, model = imagine_open_loop(agent, batch, context)
     write_rollout(logdir / GIF, real, model, context)
     logger.image("imagination", strip(real, model, context), step)
