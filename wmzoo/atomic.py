@@ -15,6 +15,7 @@ writer cleans up) what an interrupted process left behind (:mod:`wmzoo.data.repl
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     when the block ends normally the file is fsynced and renamed over ``path``, when it raises the
     temporary file is removed and ``path`` is untouched."""
     path = Path(path)
+    if path.is_dir():  # never write a temporary file beside a folder meant as a file name
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path)
     try:

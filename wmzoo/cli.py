@@ -7,6 +7,7 @@ interrupted run) prints one line ``wmzoo: error: ...`` and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -154,6 +155,26 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `wmzoo list | head`
         sys.stderr.close()
         return 0
+    except OSError as exc:  # a full disk, a folder that is a file, no permission: one line
+        print(f"wmzoo: error: {describe_os_error(exc)}", file=sys.stderr)
+        return 2
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an I/O error: what failed, on which path, and what to do about it."""
+    where = f" {exc.filename}" if exc.filename else ""
+    what = exc.strerror or str(exc)
+    hint = {
+        errno.ENOSPC: "free some space (the last checkpoint written is intact) and --resume",
+        errno.EDQUOT: "free some space (the last checkpoint written is intact) and --resume",
+        errno.EACCES: "choose a folder you may write to",
+        errno.EROFS: "choose a folder on a writable filesystem",
+        errno.ENOTDIR: "a path component is a file, not a folder: choose another path",
+        errno.EISDIR: "the path is a folder: give a file name",
+        errno.ENOENT: "check the path",
+        errno.EEXIST: "it is a file, not a folder: choose another path",
+    }.get(exc.errno or 0, "check the path and the disk")
+    return f"{what}:{where}; {hint}"
 
 
 # --------------------------------------------------------------------------- commands
@@ -299,6 +320,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for name in ("batch", "seq_len", "horizon", "iters"):
         if getattr(args, name) < 1:
             raise WmzooError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads < 0 or args.warmup < 0:
+        raise WmzooError("--threads and --warmup must be at least 0 (--threads 0: torch's default)")
     if args.threads:
         import torch
 

@@ -71,6 +71,10 @@ def run_spec(
     if unknown:
         raise WmzooError(f"--config {config}: unknown top-level field(s) {sorted(unknown)}; "
                          f"allowed: {', '.join(RunSpec.model_fields)}")
+    for section in SECTIONS:
+        if not isinstance(file.get(section) or {}, Mapping):
+            raise WmzooError(f"--config {config}: {section} must be a mapping of fields, "
+                             f"got {type(file[section]).__name__} {file[section]!r}")
     backbone = backbone or file.get("backbone") or DEFAULTS["backbone"]
     env = env or file.get("env") or DEFAULTS["env"]
     preset_name = preset_name or file.get("preset") or DEFAULTS["preset"]

@@ -19,6 +19,7 @@ from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, ind
 from wmzoo.optim import Optimizer, step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
+from wmzoo.train.nonfinite import nonfinite_tensors
 
 
 def resolve_device(name: str) -> torch.device:
@@ -166,6 +167,10 @@ class Agent(nn.Module):
         (missing or unexpected tensors, other shapes: another model format or preset) is one line
         naming the first mismatch. Checkpoints from before policies stepped through
         :class:`wmzoo.optim.Optimizer` (a policy ``updates`` buffer, raw AdamW states) load too."""
+        bad = nonfinite_tensors({k: tree[k] for k in ("world_model", "policy") if k in tree})
+        if bad:
+            raise WmzooError(f"{source} holds NaN or inf weights ({bad[0]}, {len(bad)} tensors in all): "
+                             "it was written by a diverged run; use an earlier checkpoint")
         policy = dict(tree["policy"])
         legacy = policy.pop("updates", None) if "updates" not in self.policy.state_dict() else None
         try:

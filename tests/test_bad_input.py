@@ -1,0 +1,121 @@
+"""Every CLI command x every class of bad value: exit 2, one line on stderr starting
+``wmzoo: error:``, no traceback, and no file changed (a hash of every file of the run and the
+dataset before and after).
+
+The artefacts are real and built once: a tiny rssm run on minigrid-empty-5x5 and corrupt copies
+of its checkpoint. Each case names the class of bad input it stands for."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wmzoo.cli import main
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad-input")
+    run = root / "run"
+    assert main(["run", "--backbone", "rssm", "--env", "minigrid-empty-5x5", "--preset", "tiny",
+                 "--steps", "40", "--logdir", str(run), "--no-progress"]) == 0
+    ckpt = run / "checkpoint.safetensors"
+    truncated = root / "truncated.safetensors"
+    truncated.write_bytes(ckpt.read_bytes()[:5000])
+    garbage = root / "garbage.safetensors"
+    garbage.write_bytes(b"\x00" * 64)
+    pickled = root / "pickled.safetensors"  # a torch pickle renamed: must never be unpickled
+    pickled.write_bytes(b"\x80\x04\x95" + b"\x00" * 100)
+    text = root / "config.yaml"
+    text.write_text("model: [1, 2]\n")  # a list where a mapping belongs
+    number = root / "number.yaml"
+    number.write_text("train:\n  steps: many\n")
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    nan = root / "nan.safetensors"  # parses, but a diverged run's weights
+    with safe_open(str(ckpt), "pt") as f:
+        tensors = {key: f.get_tensor(key) for key in f.keys()}
+        meta = f.metadata()
+    first = next(k for k, v in tensors.items() if k.startswith("/world_model") and v.is_floating_point())
+    tensors[first] = tensors[first] * float("nan")
+    save_file(tensors, str(nan), metadata=meta)
+    a_file = root / "a-file"
+    a_file.write_text("x")
+    (root / "results").mkdir()
+    return {"root": root, "run": run, "ckpt": ckpt, "truncated": truncated, "garbage": garbage,
+            "pickled": pickled, "nan": nan, "list_yaml": text, "number_yaml": number, "a_file": a_file,
+            "dir": root / "results"}
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+CASES = [
+    # (class of bad input, argv with {placeholders}, what the line must say)
+    ("unknown backbone", "run --backbone rsm --env minigrid-empty-5x5 --logdir {root}/new", "did you mean"),
+    ("unknown env", "run --backbone rssm --env minigrid-empty-55 --logdir {root}/new", "environment"),
+    ("unknown preset", "run --backbone rssm --preset huge --logdir {root}/new", "preset"),
+    ("unknown field", "run --backbone rssm --set model.detr=3 --logdir {root}/new", "did you mean deter"),
+    ("out-of-range value", "run --backbone rssm --set model.deter=-1 --logdir {root}/new", "model.deter"),
+    ("value failing on build", "run --backbone rssm --env minigrid-empty-5x5 --preset tiny --set model.cnn_stages=7 --logdir {root}/new", "cnn_stages"),
+    ("replay smaller than a batch", "run --backbone rssm --preset tiny --set train.replay_capacity=3 --logdir {root}/new", "replay_capacity"),
+    ("device the machine lacks", "run --backbone rssm --preset tiny --set train.device=foo --logdir {root}/new", "train.device"),
+    ("negative seed", "run --backbone rssm --preset tiny --seed -1 --logdir {root}/new", "seed"),
+    ("huge seed", "run --backbone rssm --preset tiny --seed 9223372036854775808 --logdir {root}/new", "seed"),
+    ("logdir that is a file", "run --backbone rssm --preset tiny --steps 5 --logdir {a_file}", "a-file"),
+    ("logdir holding a run", "run --backbone rssm --preset tiny --steps 5 --logdir {run}", "--resume"),
+    ("config a folder", "run --backbone rssm --config {dir} --logdir {root}/new", "results"),
+    ("config missing", "run --backbone rssm --config {root}/nope.yaml --logdir {root}/new", "nope.yaml"),
+    ("config section of the wrong type", "run --backbone rssm --config {list_yaml} --logdir {root}/new", "model"),
+    ("config value of the wrong type", "run --backbone rssm --config {number_yaml} --logdir {root}/new", "train.steps"),
+    ("resume changing a fixed field", "run --logdir {run} --resume --set model.deter=64", "cannot change on --resume"),
+    ("resume with --backbone", "run --logdir {run} --resume --backbone s4wm", "--backbone"),
+    ("resume of nothing", "run --logdir {root}/empty --resume", "--resume"),
+    ("checkpoint missing", "eval --checkpoint {root}/nope.safetensors", "nope"),
+    ("checkpoint truncated", "eval --checkpoint {truncated}", "truncated"),
+    ("checkpoint garbage", "eval --checkpoint {garbage}", "garbage"),
+    ("checkpoint a pickle", "eval --checkpoint {pickled}", "pickled"),
+    ("checkpoint a folder", "eval --checkpoint {dir}", "results"),
+    ("checkpoint with NaN weights", "eval --checkpoint {nan}", "NaN or inf"),
+    ("eval temperature", "eval --checkpoint {ckpt} --temperature 0", "--temperature"),
+    ("eval episodes", "eval --checkpoint {ckpt} --episodes 0", "--episodes"),
+    ("imagine checkpoint truncated", "imagine --checkpoint {truncated} --out {root}/x.gif", "truncated"),
+    ("imagine output kind", "imagine --checkpoint {ckpt} --out {root}/x.txt", "x.txt"),
+    ("imagine out a folder", "imagine --checkpoint {ckpt} --out {dir}", "results"),
+    ("evaluate checkpoint garbage", "evaluate --checkpoint {garbage} --protocol imagination --data {root}/nodata", "bad-input"),
+    ("evaluate data missing", "evaluate --checkpoint {ckpt} --protocol imagination --data {root}/nodata", "nodata"),
+    ("bench unknown backbone", "bench --backbones rsm:tiny --mode train", "did you mean"),
+    ("bench threads", "bench --backbones rssm:tiny --mode train --threads -1", "--threads"),
+    ("bench iters", "bench --backbones rssm:tiny --mode train --iters 0", "--iters"),
+    ("spec unknown field", "spec --backbone rssm --set model.detr=1", "did you mean deter"),
+    ("list unknown kind", "list --kind backbonez", "unknown kind"),
+    ("data unknown env", "data generate --env nope-env --episodes 1 --out {root}/data", "nope-env"),
+    ("data episodes", "data generate --env minigrid-empty-5x5 --episodes 0 --out {root}/data", "episodes"),
+    ("aggregate missing file", "aggregate {root}/nope.json", "nope.json"),
+    ("aggregate not json", "aggregate {list_yaml}", "config.yaml"),
+]
+
+
+@pytest.mark.parametrize(("kind", "argv", "says"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, kind, argv, says):
+    # Catches: a traceback (any uncaught exception) or a second line for bad input, exit codes
+    # other than 2, a run or dataset file written or deleted before the input was refused.
+    paths = {key: str(value) for key, value in world.items()}
+    before = _hashes(world["root"])
+    capsys.readouterr()
+    code = main(argv.format(**paths).split())
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and "Warning" not in line]
+    assert code == 2, f"{kind}: exit {code}\n{err}"
+    assert len(lines) == 1 and lines[0].startswith("wmzoo: error:"), f"{kind}: {err}"
+    assert "Traceback" not in err
+    assert says in lines[0], f"{kind}: {lines[0]!r} does not say {says!r}"
+    assert _hashes(world["root"]) == before, f"{kind}: files changed"
+    for leftover in ("new", "data", "empty"):
+        shutil.rmtree(world["root"] / leftover, ignore_errors=True)
