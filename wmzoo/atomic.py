@@ -25,6 +25,21 @@ TMP_SUFFIX = ".tmp"
 """The suffix of every temporary file: a file ending in it is an unfinished write."""
 
 
+def is_temporary(path: Path) -> bool:
+    """Whether ``path`` is an unfinished write: a file ending in :data:`TMP_SUFFIX` (in the
+    folders wmzoo owns: a run, its replay, a dataset split)."""
+    return path.name.endswith(TMP_SUFFIX) and path.is_file()
+
+
+def remove_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files an interrupted writer left in ``folder`` (only files named as
+    :func:`temporary_path` names them; nothing else is touched); returns them."""
+    found = [path for path in folder.iterdir() if is_temporary(path)] if folder.is_dir() else []
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
+
+
 def temporary_path(path: Path) -> Path:
     """The temporary file :func:`atomic_path` writes ``path`` through."""
     return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from wmzoo.atomic import TMP_SUFFIX
+from wmzoo.atomic import remove_temporaries
 from wmzoo.data.dataset import (
     MANIFEST,
     Arguments,
@@ -194,9 +194,7 @@ def _verified(root: Path, existing: Manifest | None, args: Arguments, counts: di
 
 def _clean_tmp(root: Path) -> None:
     for split in SPLITS:
-        if (root / split).is_dir():
-            for path in (root / split).glob(f"*{TMP_SUFFIX}"):
-                path.unlink(missing_ok=True)
+        remove_temporaries(root / split)
 
 
 def _write_env_info(root: Path, info: EnvInfo) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from wmzoo.atomic import TMP_SUFFIX
+from wmzoo.atomic import is_temporary
 from wmzoo.data.store import (
     FIELDS,
     ChunkName,
@@ -312,7 +312,7 @@ class Replay:
         """
         names: list[tuple[ChunkName, Path]] = []
         for path in sorted(self.directory.iterdir()):
-            if path.name.endswith(TMP_SUFFIX) and path.is_file():  # an interrupted write of ours
+            if is_temporary(path):  # an interrupted write of ours
                 if not self.readonly:
                     path.unlink(missing_ok=True)
                 continue

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import yaml
 
-from wmzoo.atomic import write_text_atomic
+from wmzoo.atomic import remove_temporaries, write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.dataset import recorded_env_info
 from wmzoo.errors import WmzooError
@@ -42,6 +42,7 @@ def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
     """``run.yaml`` of a new run (one-line error when a run is already there), or of a resumed
     one (its ``--set`` changes kept for the next resume)."""
     logdir.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(logdir)  # what a kill left of a checkpoint or run.yaml being written
     if not resume and (logdir / CHECKPOINT).exists():
         raise WmzooError(
             f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
