@@ -119,3 +119,12 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(world, capsys, kind, a
     assert _hashes(world["root"]) == before, f"{kind}: files changed"
     for leftover in ("new", "data", "empty"):
         shutil.rmtree(world["root"] / leftover, ignore_errors=True)
+
+
+def test_resume_asking_for_nothing_more_is_one_line(world, capsys):
+    # Catches: `--resume --steps N` at or below the checkpointed step silently rewriting the run.
+    before = _hashes(world["root"])
+    code = main(["run", "--logdir", str(world["run"]), "--resume", "--steps", "20"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "at env step 40" in err[0] and "--steps above 40" in err[0]
+    assert _hashes(world["root"]) == before

@@ -56,6 +56,9 @@ PLUGINS = {
         def wmzoo_backbone():
             return []
         """),
+    "exitbone": ("exitbone-pkg", """\
+        raise SystemExit("no display found")  # sys.exit at import: not an Exception
+        """),
 }
 
 # the smallest online run the trainer allows (tests/train/test_schedule.py's settings, shorter)
@@ -108,6 +111,7 @@ def test_list_shows_each_broken_plugin_as_unavailable(site: Path, tmp_path: Path
         "try: uninstall one of the two, or skip this one: WMZOO_BLOCK_PLUGINS=malformed",
         ("typobone", "plugin"): "hook wmzoo_backbone() is not a wmzoo hook; did you mean wmzoo_backbones?; "
         "try: pip install --upgrade typobone-pkg, or report it to its authors",
+        ("exitbone", "plugin"): "SystemExit: no display found; try: pip install --upgrade exitbone-pkg",
     }
 
     table = wmzoo(site, "list", cwd=tmp_path)
@@ -117,12 +121,12 @@ def test_list_shows_each_broken_plugin_as_unavailable(site: Path, tmp_path: Path
     assert "Traceback" not in table.stdout
     assert lines[lines.index("plugins that failed:") + 1:] == [
         f"  {name:<24} unavailable: {rows[(name, 'plugin')]['reason']}"
-        for name in ("malformed", "raisebone", "typobone")  # by name
+        for name in ("exitbone", "malformed", "raisebone", "typobone")  # by name
     ]
     assert any(line.startswith("  badbone ") and "unavailable: backbone 'badbone'" in line for line in lines)
 
     plugins = wmzoo(site, "list", "--kind", "plugins", "--format", "json", cwd=tmp_path)
-    assert {r["name"] for r in json.loads(plugins.stdout)} == {"raisebone", "typobone", "malformed"}
+    assert {r["name"] for r in json.loads(plugins.stdout)} == {"exitbone", "raisebone", "typobone", "malformed"}
 
 
 def test_other_backbones_still_train(site: Path, tmp_path: Path) -> None:

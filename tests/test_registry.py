@@ -445,3 +445,18 @@ def test_list_kind_through_the_cli(capsys):
         "wmzoo: error: unknown kind 'backbnoes'; known: backbone, env, policy, plugin "
         "(plurals and environment(s) work too)\n"
     )
+
+
+def test_a_hook_calling_sys_exit_is_one_failure():
+    # Catches: a plugin's `sys.exit()` (SystemExit is not an Exception) ending every wmzoo command.
+    r = good_registry()
+
+    class Exiting:
+        @hookimpl
+        def wmzoo_backbones(self):
+            raise SystemExit("bye")
+
+    r.register(Exiting(), name="exiter")
+    assert r.backbone("goodbone").name == "goodbone"
+    [failure] = r.failures
+    assert failure.reason == "wmzoo_backbones() raised SystemExit: bye"

@@ -197,7 +197,7 @@ class Registry:
                 plugin, dist = impl.plugin_name, self.dists.get(impl.plugin_name, "")
                 try:
                     entries = hook_entries(impl.function, etype)
-                except Exception as exc:  # noqa: BLE001 - a plugin's bug makes it unavailable
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's bug makes it unavailable
                     failures.append(PluginFailure(plugin, dist, _raised(f"{etype.hook}()", exc), stage="hook"))
                     continue
                 for i, entry in enumerate(entries):
@@ -571,7 +571,7 @@ def build_registry(
             dists[ep.name] = dist
             try:
                 plugin = ep.load()
-            except Exception as exc:  # noqa: BLE001 - any import error makes it unavailable
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import error (a sys.exit too) makes it unavailable
                 first = str(exc).splitlines()[0] if str(exc) else ""
                 failures.append(PluginFailure(ep.name, dist, f"{type(exc).__name__}: {first}"))
                 continue

@@ -73,6 +73,12 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     progress = Progress()
     if resume:
         progress = Progress(**restore_run(agent, logdir))
+        if progress.env_steps > T.steps or (progress.env_steps == T.steps and progress.final >= T.final_updates):
+            envs.close()
+            raise WmzooError(
+                f"the run in {logdir} is at env step {progress.env_steps} (and {progress.final} final "
+                f"updates); --steps {T.steps} asks for nothing more: pass --steps above {progress.env_steps}"
+            )
     write_run_spec(logdir, run, resume=resume)
     write_env_info(logdir / "replay", info)
     replay = Replay(
