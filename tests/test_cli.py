@@ -90,3 +90,24 @@ def test_spec_prints_fields_with_bounds(capsys):
     assert code == 0
     assert "deter: 2048" in out
     assert "model.deter" in out and "train.train_ratio" in out and "policy.horizon" in out
+
+
+def test_spec_prints_the_parameters_of_each_component(capsys):
+    # Catches: parameter counts of another preset or env than the one printed above them, or a
+    # component left out (IRIS/REM's tokenizer and world model are counted apart).
+    from wmzoo.cli import main
+
+    assert main(["spec", "--backbone", "iris", "--preset", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "# parameters on minigrid-empty-5x5 at" in out
+    counts = {line.split(":")[0].strip("# ").strip(): int(line.rsplit(":", 1)[1].replace(",", ""))
+              for line in out.splitlines() if line.startswith("#   world model /") or line.startswith("#   policy ")}
+    from wmzoo.config import run_spec
+    from wmzoo.registry import build_world_model, env_info, make_env
+
+    run = run_spec("iris", None, "tiny", None, None, None, [])
+    env = make_env(run.env, size=run.train.image_size)
+    wm = build_world_model("iris", run.model, env_info(env, run.env))
+    env.close()
+    assert counts["world model / tokenizer"] == sum(p.numel() for p in wm.tokenizer.parameters())
+    assert set(counts) == {"world model / tokenizer", "world model / world_model", "policy iris-ac"}

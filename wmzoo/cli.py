@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("spec", help="print a backbone's resolved spec and every field's meaning")
     p.add_argument("--backbone", default="rssm")
+    p.add_argument("--env", help="environment whose shapes the parameter counts use (default: minigrid-empty-5x5)")
     p.add_argument("--policy")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -357,7 +358,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
     from wmzoo.registry import default_registry
     from wmzoo.specs import RESUMABLE_TRAIN_FIELDS, TrainSpec, field_help
 
-    run = run_spec(args.backbone, None, args.preset, args.policy, None, None, args.overrides)
+    run = run_spec(args.backbone, args.env, args.preset, args.policy, None, None, args.overrides)
     print(yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False).rstrip())
     registry = default_registry()
     entry = registry.backbone(run.backbone)
@@ -365,6 +366,9 @@ def cmd_spec(args: argparse.Namespace) -> int:
     for name, combo in sorted(run_presets(entry).items()):
         schedule = f", trainer changes {dict(combo.schedule)}" if combo.schedule else ""
         print(f"#   {name}: {combo.model} / {combo.policy} / {combo.train}{schedule}")
+    print(f"\n# parameters on {run.env} at {run.train.image_size}x{run.train.image_size}:")
+    for name, count in parameter_counts(run).items():
+        print(f"#   {name}: {count:,}")
     print("\n# fields (--set KEY=VALUE; * may change on --resume):")
     for line in field_help(entry.spec, "model."):
         print(f"#   {line}")
@@ -374,6 +378,23 @@ def cmd_spec(args: argparse.Namespace) -> int:
     for line in field_help(TrainSpec, "train."):
         print(f"# {'*' if line.split(' ', 1)[0] in resumable else ' '} {line}")
     return 0
+
+
+def parameter_counts(run: RunSpec) -> dict[str, int]:
+    """Trainable parameters of each world-model component and of the policy, built for the run's
+    env (the env is made once for its shapes)."""
+    from wmzoo.registry import build_policy, build_world_model, env_info, make_env
+
+    env = make_env(run.env, size=run.train.image_size)
+    try:
+        info = env_info(env, run.env)
+    finally:
+        env.close()
+    wm = build_world_model(run.backbone, run.model, info)
+    counts = {f"world model / {name}": sum(p.numel() for p in params) for name, (params, _) in wm.components().items()}
+    policy = build_policy(run.policy_name, run.policy, wm.feature_shape, info)
+    counts[f"policy {run.policy_name}"] = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    return counts
 
 
 def cmd_data(args: argparse.Namespace) -> int:
