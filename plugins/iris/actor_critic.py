@@ -28,9 +28,9 @@ from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import reinforce_losses
+from wmzoo.agents.returns import ReinforceActorCritic
 from wmzoo.errors import SpecError
-from wmzoo.interfaces import BurnIn, EnvInfo, Policy, State, Trajectory
+from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
 
@@ -50,8 +50,10 @@ class IrisActorCriticSpec(PolicySpec):
     )
 
 
-class IrisActorCritic(Policy):
+class IrisActorCritic(ReinforceActorCritic):
     """Shared CNN + LSTM trunk, linear actor and critic heads."""
+
+    optimizer_name = "actor_critic"  # the checkpoint's key
 
     spec: IrisActorCriticSpec
 
@@ -75,14 +77,7 @@ class IrisActorCritic(Policy):
         self.cnn = nn.Sequential(*layers, nn.Flatten())
         flat = c * (h // 2 ** len(spec.channels)) * (w // 2 ** len(spec.channels))
         self.lstm = nn.LSTMCell(flat, spec.lstm)
-        self.actor = nn.Linear(spec.lstm, env.num_actions)
-        self.critic = nn.Linear(spec.lstm, 1)
-        self._optimizer = Optimizer(self.parameters(), spec.optim)
-
-    def initial_state(self, batch_size: int) -> State:
-        device = self.critic.weight.device
-        zeros = torch.zeros(batch_size, self.spec.lstm, device=device)
-        return {"h": zeros, "c": zeros.clone()}
+        self.add_heads(spec.lstm, env.num_actions, spec.optim)
 
     def step(self, frames: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
         """Logits ``[B, A]``, value ``[B]`` and the next state for frames ``[B, C, H, W]`` in [0, 1]."""
@@ -113,8 +108,8 @@ class IrisActorCritic(Policy):
         action = Categorical(logits=logits / temperature).sample() if sample else logits.argmax(-1)
         return action, state
 
-    def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
-        """``L_π + L_V`` of an imagined trajectory, rerun through the LSTM from its start state."""
+    def logits_and_values(self, trajectory: Trajectory) -> tuple[Tensor, Tensor]:
+        """Rerun the LSTM over the imagined frames from the burnt-in start state."""
         features = trajectory.features.detach()
         state = trajectory.policy_state or self.initial_state(features.shape[1])
         logits, values = [], []
@@ -122,18 +117,7 @@ class IrisActorCritic(Policy):
             lg, v, state = self.step(features[t], state)
             logits.append(lg)
             values.append(v)
-        return reinforce_losses(
-            torch.stack(logits[:-1]), torch.stack(values), trajectory,  # [H, B, A], [H + 1, B]
-            self.spec.gamma, self.spec.lam, self.spec.entropy,
-        )
-
-    def learn(self, trajectory: Trajectory) -> dict[str, float]:
-        loss, metrics = self.losses(trajectory)
-        metrics["grad_norm"] = self._optimizer.step(loss)
-        return metrics
-
-    def optimizers(self) -> dict[str, Optimizer]:
-        return {"actor_critic": self._optimizer}
+        return torch.stack(logits), torch.stack(values)
 
 
 PRESETS: dict[str, IrisActorCriticSpec] = {

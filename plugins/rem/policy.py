@@ -30,9 +30,9 @@ from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import reinforce_losses
+from wmzoo.agents.returns import ReinforceActorCritic
 from wmzoo.errors import SpecError
-from wmzoo.interfaces import BurnIn, EnvInfo, Policy, State, Trajectory, reset_state
+from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory, reset_state
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
 
@@ -61,8 +61,10 @@ class REMActorCriticSpec(PolicySpec):
 # --------------------------------------------------------------------------- policy
 
 
-class REMActorCritic(Policy):
+class REMActorCritic(ReinforceActorCritic):
     """Shared CNN + LSTM backbone with linear actor and critic heads over token code vectors."""
+
+    optimizer_name = "agent"  # the checkpoint's key
 
     spec: REMActorCriticSpec
 
@@ -85,14 +87,7 @@ class REMActorCritic(Policy):
         )
         self.action_embed = nn.Embedding(env.num_actions, spec.hidden)
         self.cell = nn.LSTMCell(spec.hidden, spec.lstm)
-        self.actor = nn.Linear(spec.lstm, env.num_actions)
-        self.critic = nn.Linear(spec.lstm, 1)
-        self._optimizer = Optimizer(self.parameters(), spec.optim)
-
-    def initial_state(self, batch_size: int) -> State:
-        device = self.critic.weight.device
-        zeros = torch.zeros(batch_size, self.spec.lstm, device=device)
-        return {"h": zeros, "c": zeros.clone()}
+        self.add_heads(spec.lstm, env.num_actions, spec.optim)
 
     def _observe(self, encoded: Tensor, state: State) -> State:
         h, c = self.cell(encoded, (state["h"], state["c"]))
@@ -124,8 +119,9 @@ class REMActorCritic(Policy):
         action = Categorical(logits=logits / temperature).sample() if sample else logits.argmax(-1)
         return action, self._after_action(action, state)
 
-    def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
-        """The summed actor and critic losses over an imagined trajectory (appendix A.1.2)."""
+    def logits_and_values(self, trajectory: Trajectory) -> tuple[Tensor, Tensor]:
+        """Appendix A.1.2: the LSTM reruns over the imagined code vectors from the burnt-in state,
+        taking its extra step on each action taken."""
         features = trajectory.features.detach()  # [H + 1, B, d, s, s]
         horizon, batch = trajectory.rewards.shape
         encoded = self.encoder(features.flatten(0, 1)).unflatten(0, (horizon + 1, batch))
@@ -137,19 +133,7 @@ class REMActorCritic(Policy):
             values.append(self.critic(state["h"]).squeeze(-1))
             if t < horizon:
                 state = self._after_action(trajectory.actions[t], state)
-        return reinforce_losses(
-            torch.stack(logits[:-1]), torch.stack(values), trajectory,  # [H, B, A], [H + 1, B]
-            self.spec.gamma, self.spec.lam, self.spec.entropy,
-        )
-
-    def learn(self, trajectory: Trajectory) -> dict[str, float]:
-        """One AdamW step of the whole agent on the summed losses."""
-        loss, metrics = self.losses(trajectory)
-        metrics["grad_norm"] = self._optimizer.step(loss)
-        return metrics
-
-    def optimizers(self) -> dict[str, Optimizer]:
-        return {"agent": self._optimizer}
+        return torch.stack(logits), torch.stack(values)
 
 
 # --------------------------------------------------------------------------- presets

@@ -8,11 +8,15 @@ REINFORCE-with-baseline losses of IRIS (Micheli et al., 2023, section 2.3) that 
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.interfaces import Trajectory
+from wmzoo.interfaces import Policy, State, Trajectory
+from wmzoo.optim import Optimizer
+from wmzoo.specs import OptimSpec
 
 
 def lambda_returns(rewards: Tensor, conts: Tensor, values: Tensor, gamma: float, lam: float) -> Tensor:
@@ -87,6 +91,49 @@ def reinforce_losses(
         "value_mean": values[:-1].mean().item(),
     }
     return actor - entropy * bonus + critic, metrics
+
+
+class ReinforceActorCritic(Policy):
+    """The token models' actor-critics (IRIS's ``iris-ac``, REM's ``rem-ac``): REINFORCE with a
+    value baseline on λ-returns (:func:`reinforce_losses`), one :class:`wmzoo.optim.Optimizer`
+    for the whole network. A subclass builds its network, sets ``_optimizer`` and
+    ``optimizer_name`` (the checkpoint's key) and gives :meth:`logits_and_values`; its spec has
+    ``gamma``, ``lam`` and ``entropy``."""
+
+    optimizer_name: str
+    _optimizer: Optimizer
+
+    def add_heads(self, lstm: int, num_actions: int, optim: OptimSpec) -> None:
+        """The linear actor and critic on the LSTM's ``lstm`` units (built last), then the
+        optimizer over every parameter."""
+        self.actor = nn.Linear(lstm, num_actions)
+        self.critic = nn.Linear(lstm, 1)
+        self._optimizer = Optimizer(self.parameters(), optim)
+
+    def initial_state(self, batch_size: int) -> State:
+        """The LSTM's zero state ``{"h", "c"}``."""
+        zeros = torch.zeros(batch_size, self.critic.in_features, device=self.critic.weight.device)
+        return {"h": zeros, "c": zeros.clone()}
+
+    @abstractmethod
+    def logits_and_values(self, trajectory: Trajectory) -> tuple[Tensor, Tensor]:
+        """The actor's logits ``[H + 1, B, A]`` and the critic's values ``[H + 1, B]`` along an
+        imagined trajectory, rerun from its start state ``trajectory.policy_state``."""
+
+    def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
+        """``L_π + L_V`` of an imagined trajectory and its metrics."""
+        logits, values = self.logits_and_values(trajectory)
+        spec = self.spec
+        return reinforce_losses(logits[:-1], values, trajectory, spec.gamma, spec.lam, spec.entropy)  # type: ignore[attr-defined]
+
+    def learn(self, trajectory: Trajectory) -> dict[str, float]:
+        """One step of the whole network on the summed losses."""
+        loss, metrics = self.losses(trajectory)
+        metrics["grad_norm"] = self._optimizer.step(loss)
+        return metrics
+
+    def optimizers(self) -> dict[str, Optimizer]:
+        return {self.optimizer_name: self._optimizer}
 
 
 class PercentileNormalizer(nn.Module):
