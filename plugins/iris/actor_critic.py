@@ -31,7 +31,6 @@ from torch.distributions import Categorical
 from wmzoo.agents.returns import ReinforceActorCritic
 from wmzoo.errors import SpecError
 from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory
-from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
 
 
