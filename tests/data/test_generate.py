@@ -236,3 +236,20 @@ def test_split_ratios_are_normalised_and_compared_with_tolerance(tmp_path):
 def test_paper_sizes():
     assert split_counts(10_000, (0.8, 0.1, 0.1)) == {"train": 8000, "val": 1000, "test": 1000}
     assert split_counts(30_000, (28 / 30, 1 / 30, 1 / 30)) == {"train": 28000, "val": 1000, "test": 1000}
+
+
+# catches: taking an unlisted file that reads as a chunk for its episode when it holds another
+# episode's rows (a copy of a listed file), so the dataset silently holds one episode twice
+def test_an_unlisted_copy_of_another_episode_is_generated_again(tmp_path):
+    whole = tmp_path / "whole"
+    generate("fake-memory", 6, whole, size=16, log=quiet)
+    root = tmp_path / "root"
+    generate("fake-memory", 6, root, size=16, log=quiet)
+    manifest = Manifest.read(root)
+    copy, victim = manifest.files[1], manifest.files.pop(4)  # 4: written after the last save
+    (root / victim.file).write_bytes((root / copy.file).read_bytes())
+    manifest.write(root)
+    lines: list[str] = []
+    generate("fake-memory", 6, root, size=16, log=lines.append)
+    assert any("generating 1 of 6" in line for line in lines), lines
+    assert checksums(root) == checksums(whole)

@@ -160,10 +160,12 @@ def _work(index: int) -> EpisodeFile:
 def _verified(root: Path, existing: Manifest | None, args: Arguments, counts: dict[str, int],
               log: Any) -> dict[int, EpisodeFile]:
     """The episodes on disk that are complete: listed in the manifest with a matching checksum,
-    or (written after the manifest was last saved) a whole file that reads as a chunk. Anything
-    else of ours is deleted so it is generated again."""
+    or (written after the manifest was last saved) a whole file that reads as a chunk of the rows
+    its name says and is not a copy of another episode's file. Anything else of ours is deleted
+    (after being read) so it is generated again."""
     _clean_tmp(root)
     listed = existing.files if existing is not None else {}
+    taken = {entry.sha256 for entry in listed.values()}  # content already some episode's
     found: dict[int, EpisodeFile] = {}
     for split in SPLITS:
         for path in sorted((root / split).iterdir()):
@@ -181,11 +183,15 @@ def _verified(root: Path, existing: Manifest | None, args: Arguments, counts: di
             elif expected:
                 try:
                     read_chunk(path, name.rows)
-                    entry, ok = EpisodeFile(name.order, split, rel, sha256(path), name.rows), True
+                    digest = sha256(path)
+                    # a copy of another episode's file is not this episode
+                    ok = digest not in taken
+                    entry = EpisodeFile(name.order, split, rel, digest, name.rows)
                 except Exception:  # noqa: BLE001 - any unreadable file is regenerated
                     ok = False
             if ok and entry is not None:
                 found[name.order] = entry
+                taken.add(entry.sha256)
             else:
                 log(f"  {rel}: incomplete or corrupt, generating it again")
                 path.unlink()
