@@ -128,3 +128,18 @@ def test_resume_asking_for_nothing_more_is_one_line(world, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "at env step 40" in err[0] and "--steps above 40" in err[0]
     assert _hashes(world["root"]) == before
+
+
+def test_a_model_too_big_for_memory_is_refused_with_the_figure(world, capsys, monkeypatch):
+    # Catches: sizes that cannot fit starting a run that dies later (or swaps the machine to a
+    # halt). The machine's memory is made 1 GiB so a modest model exceeds it.
+    import os
+
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: 2**18 if name == "SC_PHYS_PAGES" else real(name))
+    before = _hashes(world["root"])
+    code = main(["run", "--backbone", "rssm", "--preset", "tiny", "--set", "model.deter=4096",
+                 "--set", "model.hidden=4096", "--logdir", str(world["root"] / "new")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "GiB" in err[0] and "this machine has 1.0 GiB" in err[0], err
+    assert _hashes(world["root"]) == before and not (world["root"] / "new").exists()

@@ -203,7 +203,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from wmzoo.config import run_spec
+    from wmzoo.config import check_fits_in_memory, run_spec
     from wmzoo.train.loop import train_offline, train_online
 
     overrides = list(args.overrides)
@@ -221,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         recorded = recorded_env_info(args.offline)
         env = recorded.name if recorded is not None else None
     run = run_spec(args.backbone, env, args.preset, args.policy, args.seed, args.config, overrides)
+    check_fits_in_memory(run)
     logdir = Path(args.logdir or f"runs/{run.backbone}-{run.env}-{run.preset}")
     if args.offline:
         path = train_offline(run, Path(args.offline), logdir, updates=run.train.steps,

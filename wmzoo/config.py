@@ -189,3 +189,42 @@ def _unrooted(text: str, model_fields: Mapping[str, Any], policy_fields: Mapping
     close = difflib.get_close_matches(leaf, list(candidates), n=1)
     hint = f"; did you mean {candidates[close[0]]}?" if close else ""
     return f"--set {text}: unknown field (keys start with model., policy., train. or seed){hint}"
+
+
+def check_fits_in_memory(run: RunSpec) -> None:
+    """Refuse, before anything is written, a run whose world model and policy cannot be trained in
+    this machine's memory: both are built on the meta device (no memory) for ``train.image_size``
+    RGB frames and 18 actions (Atari's full set), and their float32 weights, gradients and two
+    Adam moments are compared with the memory of ``train.device``. Only sizes that cannot work
+    at all are refused; a build that fails on the meta device is left to the real one."""
+    import os
+
+    import torch
+
+    from wmzoo.interfaces import EnvInfo
+    from wmzoo.registry import build_policy, build_world_model
+
+    size = run.train.image_size
+    info = EnvInfo(run.env, (3, size, size), 18)
+    try:
+        with torch.device("meta"):
+            world_model = build_world_model(run.backbone, run.model, info)
+            policy = build_policy(run.policy_name, run.policy, world_model.feature_shape, info)
+    except Exception:  # noqa: BLE001 - the real build reports its own error, with the real env
+        return
+    params = sum(p.numel() for module in (world_model, policy) for p in module.parameters())
+    need = params * 4 * 4
+    try:
+        device = torch.device(run.train.device)
+    except (RuntimeError, ValueError):  # the agent names a bad device in its own line
+        return
+    if device.type == "cuda" and torch.cuda.is_available():
+        have, where = torch.cuda.get_device_properties(device.index or 0).total_memory, f"{device} has"
+    else:
+        have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+    if need > have:
+        raise WmzooError(
+            f"{run.backbone} at these sizes has {params / 1e9:.2f} B parameters: training needs at least "
+            f"{need / 2**30:.1f} GiB (float32 weights, gradients, two Adam moments), {where} "
+            f"{have / 2**30:.1f} GiB; choose a smaller preset or smaller model.* sizes"
+        )
