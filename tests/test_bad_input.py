@@ -43,11 +43,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     first = next(k for k, v in tensors.items() if k.startswith("/world_model") and v.is_floating_point())
     tensors[first] = tensors[first] * float("nan")
     save_file(tensors, str(nan), metadata=meta)
+    for name, content in (("badenv-json", "{not json"), ("badenv-fields", '{"name": 3}')):
+        data = root / name
+        shutil.copytree(run / "replay", data)
+        (data / "env.json").write_text(content)
+    yaml_mismatch = root / "yaml-mismatch"
+    shutil.copytree(run, yaml_mismatch)
+    saved = (yaml_mismatch / "run.yaml").read_text()
+    (yaml_mismatch / "run.yaml").write_text(saved.replace("  deter: ", "  deter: 1", 1))
     a_file = root / "a-file"
     a_file.write_text("x")
     (root / "results").mkdir()
     return {"root": root, "run": run, "ckpt": ckpt, "truncated": truncated, "garbage": garbage,
-            "pickled": pickled, "nan": nan, "list_yaml": text, "number_yaml": number, "a_file": a_file,
+            "pickled": pickled, "nan": nan, "yaml_mismatch": yaml_mismatch, "list_yaml": text, "number_yaml": number, "a_file": a_file,
             "dir": root / "results"}
 
 
@@ -77,6 +85,9 @@ CASES = [
     ("resume changing a fixed field", "run --logdir {run} --resume --set model.deter=64", "cannot change on --resume"),
     ("resume with --backbone", "run --logdir {run} --resume --backbone s4wm", "--backbone"),
     ("resume of nothing", "run --logdir {root}/empty --resume", "--resume"),
+    ("run.yaml edited away from its checkpoint", "run --logdir {yaml_mismatch} --resume --steps 80", "does not fit"),
+    ("offline env.json not JSON", "run --offline {root}/badenv-json --logdir {root}/new --steps 5", "not a valid env.json"),
+    ("offline env.json of the wrong fields", "run --offline {root}/badenv-fields --logdir {root}/new --steps 5", "not a valid env.json"),
     ("checkpoint missing", "eval --checkpoint {root}/nope.safetensors", "nope"),
     ("checkpoint truncated", "eval --checkpoint {truncated}", "truncated"),
     ("checkpoint garbage", "eval --checkpoint {garbage}", "garbage"),
@@ -143,3 +154,25 @@ def test_a_model_too_big_for_memory_is_refused_with_the_figure(world, capsys, mo
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "GiB" in err[0] and "this machine has 1.0 GiB" in err[0], err
     assert _hashes(world["root"]) == before and not (world["root"] / "new").exists()
+
+
+def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(world, capsys, monkeypatch, tmp_path):
+    # Catches: ENOSPC while writing a checkpoint ending in a traceback, or the half-written file
+    # replacing the last good checkpoint.
+    import errno
+
+    import wmzoo.train.rundir as rundir
+
+    logdir = tmp_path / "full"
+    shutil.copytree(world["run"], logdir)
+    before = (logdir / "checkpoint.safetensors").read_bytes()
+
+    def no_space(path, tree):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(rundir, "save_checkpoint", no_space)
+    code = main(["run", "--logdir", str(logdir), "--resume", "--steps", "60", "--no-progress"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wmzoo")]
+    assert code == 2 and err == [f"wmzoo: error: No space left on device: {logdir / 'checkpoint.safetensors'}; "
+                                 "free some space (the last checkpoint written is intact) and --resume"], err
+    assert (logdir / "checkpoint.safetensors").read_bytes() == before

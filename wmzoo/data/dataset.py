@@ -154,7 +154,18 @@ def recorded_env_info(data: str | Path) -> EnvInfo | None:
     """The env of recorded episodes (``env.json`` of a dataset's train split or of a run's
     replay folder), or ``None`` when the recorder wrote none."""
     meta = training_dir(data) / ENV_INFO
-    return EnvInfo.from_dict(json.loads(meta.read_text())) if meta.is_file() else None
+    if not meta.is_file():
+        return None
+    try:
+        info = EnvInfo.from_dict(json.loads(meta.read_text()))
+        if not (isinstance(info.name, str) and len(info.obs_shape) == 3 and int(info.num_actions) >= 1):
+            raise ValueError("name, obs_shape [C, H, W] and num_actions do not describe an env")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WmzooError(
+            f"{meta}: not a valid env.json ({type(exc).__name__}: {exc}); delete it to use the env's "
+            "own shapes, or record the data again"
+        ) from None
+    return info
 
 
 # --------------------------------------------------------------------------- reading
