@@ -279,16 +279,18 @@ class DeltaTokenizer(nn.Module):
             raise ValueError(f"frames {shapes} do not match actions {tuple(a_t.shape)} and obs_shape {self.obs_shape}")
         return [a_t.reshape(-1), *(f.reshape(-1, *self.obs_shape) for f in frames)]
 
+    @torch.no_grad()
     def encode(self, x_t: Tensor, a_t: Tensor, x_next: Tensor) -> Tensor:
         """Δ-tokens ``int64 [..., K]`` of the transitions ``(x_t, a_t) → x_{t+1}`` (codebook untouched)."""
         a, x1, x2 = self._flat(a_t, x_t, x_next)
         z = F.normalize(self.quantizer.pre(self._encode(x1, a, x2)), dim=-1)
         return self.quantizer.nearest(z).reshape(*a_t.shape, self.num_tokens)
 
+    @torch.no_grad()
     def decode(self, x_t: Tensor, a_t: Tensor, codes: Tensor) -> Tensor:
         """``x_{t+1}`` ``float [..., C, H, W]`` from the previous frame, action and Δ-tokens
         ``int64 [..., K]`` (or quantised vectors ``[..., K, input_dim]``); clamped to ``[0, 1]`` and
-        rounded to multiples of 1/255 (the official imagination)."""
+        rounded to multiples of 1/255 (the official imagination; no gradient: rounding has none)."""
         a, x1 = self._flat(a_t, x_t)
         vectors = codes.reshape(-1, *codes.shape[a_t.dim():])
         if not vectors.is_floating_point():
