@@ -150,6 +150,20 @@ def test_paper_preset_matches_tables():
     assert retnet == 5 * (5 * (256 * 256 + 256) + 2 * 256 * 1024 + 1024 + 256 + 4 * 256)
 
 
+@pytest.mark.parametrize("actions, official", [(6, 4_757_509), (18, 4_760_581)])
+def test_paper_counts_are_the_official_codes(actions, official):
+    # Counted by building the official leor-c/REM models (config/*/default.yaml) for 6 and 18
+    # actions: tokenizer 3,189,667, world model `official`, actor-critic (test_policy) equal.
+    # The official world model allocates an embedding row for every token id (512 observation ids,
+    # the A actions and one more) though shared embeddings read only the action rows, and 65
+    # prediction tokens of which the last is sliced away: 513 + 1 rows of 256 never read.
+    # Catches: a missing or extra layer, bias, head or table row anywhere in V or M.
+    spec = default_registry().backbone("rem").presets["paper"]
+    wm = REMWorldModel(spec, EnvInfo("atari", (3, 64, 64), actions))
+    counts = {name: sum(p.numel() for p in params) for name, (params, _) in wm.components().items()}
+    assert counts == {"tokenizer": 3_189_667, "world_model": official - (512 + 1 + 1) * 256}
+
+
 def test_teacher_forced_imagination_reproduces_the_training_forward(monkeypatch):
     # From the same history, imagine_step fed the recorded tokens (a sampler that returns them)
     # gives the training forward's predictions: reward and termination at a_t's action token,

@@ -48,7 +48,8 @@ def test_paper_size_is_table_6():
     linear = 4096 * 512 + 512
     lstm = 4 * 512 * (512 + 512) + 2 * 4 * 512
     heads = 512 * 6 + 6 + 512 + 1
-    assert sum(p.numel() for p in policy.parameters()) == conv + linear + lstm + 6 * 512 + heads  # ≈ 4.6M
+    assert sum(p.numel() for p in policy.parameters()) == conv + linear + lstm + 6 * 512 + heads
+    assert conv + linear + lstm + 6 * 512 + heads == 4_574_407  # the official ActorCriticLS, 6 actions
 
 
 def test_act_feeds_the_sampled_action_back():
