@@ -1,7 +1,7 @@
 """wmzoo: interchangeable world-model backbones for model-based reinforcement learning."""
 
 from wmzoo.errors import MissingDependencyError, SpecError, UnknownNameError, WmzooError
-from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, RunPreset, hookimpl
+from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, RunPreset, WidthKnob, hookimpl
 
 __version__ = "0.1.0"
 
@@ -13,6 +13,7 @@ __all__ = [
     "RunPreset",
     "SpecError",
     "UnknownNameError",
+    "WidthKnob",
     "WmzooError",
     "__version__",
     "hookimpl",

@@ -1,4 +1,4 @@
-"""``wmzoo``: list, run, eval, imagine, bench, aggregate, spec, data generate, evaluate.
+"""``wmzoo``: list, run, eval, imagine, bench, aggregate, spec, data generate, evaluate, study.
 
 Every user error (unknown name, bad value, missing optional dependency, corrupt checkpoint,
 interrupted run) prints one line ``wmzoo: error: ...`` and exits with code 2.
@@ -31,6 +31,9 @@ EPILOG = """examples:
   wmzoo spec --backbone rssm --preset paper
   wmzoo data generate --env distracting-memory-100 --episodes 10000 --size 40 --out data/dm100
   wmzoo evaluate --checkpoint runs/dm/checkpoint.safetensors --protocol reward --data data/dm100
+  wmzoo study init study.yaml
+  wmzoo study run study.yaml --out studies/mine --jobs 2
+  wmzoo study report studies/mine
 """
 
 
@@ -136,6 +139,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=("train", "val", "test"))
     p.add_argument("--episodes", type=int, help="evaluate the first N episodes of the split (default: all)")
     p.add_argument("--out", help="folder for the JSON (and plot); default: next to the checkpoint")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="observed frames per episode where the dataset has no context phase (a non-memory env)")
+
+    p = sub.add_parser("study", help="comparison studies: backbones x environments x seeds, and their report")
+    study_sub = p.add_subparsers(dest="study_command", required=True)
+    p = study_sub.add_parser("init", help="write a commented example study YAML")
+    p.add_argument("file", nargs="?", default="study.yaml", help="where to write it (default: study.yaml)")
+    p = study_sub.add_parser("run", help="run every cell not yet done (re-run to resume)")
+    p.add_argument("spec", metavar="SPEC", help="the study YAML")
+    p.add_argument("--out", required=True, help="study folder: one run directory per cell, the report")
+    p.add_argument("--jobs", type=int, default=1, help="cells run at once (default: 1)")
+    p.add_argument("--executor", default="local", choices=("local", "submitit"),
+                   help="local processes, or SLURM through submitit (pip install 'wmzoo[cluster]')")
+    p.add_argument("--submitit", dest="submitit", action="append", default=[], metavar="KEY=VALUE",
+                   help="submitit parameter, e.g. slurm_partition=gpu, timeout_min=600 (cluster=local: "
+                   "submitit's local executor, no SLURM)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    p = study_sub.add_parser("report", help="report.md, figures and report.json of a study folder")
+    p.add_argument("out", metavar="DIR", help="the study folder (--out of study run)")
+    p.add_argument("--reps", type=int, default=10_000, help="stratified bootstrap replicates")
+    p.add_argument("--no-bench", action="store_true", help="skip the efficiency table (wmzoo bench)")
+    p.add_argument("--no-video", action="store_true", help="skip the side-by-side imagination video")
     return parser
 
 
@@ -412,14 +438,50 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if args.episodes is not None and args.episodes < 1:
         raise WmzooError("--episodes must be at least 1")
+    if args.context is not None and args.context < 1:
+        raise WmzooError("--context must be at least 1")
     out = Path(args.out) if args.out else Path(args.checkpoint).resolve().parent / "evaluate"
-    evaluate_memory(args.checkpoint, args.protocol, args.data, out, split=args.split, episodes=args.episodes)
+    evaluate_memory(args.checkpoint, args.protocol, args.data, out, split=args.split, episodes=args.episodes,
+                    context=args.context)
     return 0
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from wmzoo.atomic import write_text_atomic
+    from wmzoo.specs import load_config, parse_override
+    from wmzoo.study.spec import EXAMPLE, study_from_dict
+
+    if args.study_command == "init":
+        if Path(args.file).exists():
+            raise WmzooError(f"{args.file} exists; give another file name (nothing was overwritten)")
+        print(f"wrote {write_text_atomic(args.file, EXAMPLE)}: edit it, then `wmzoo study run {args.file} --out DIR`")
+        return 0
+    if args.study_command == "report":
+        from wmzoo.study.report import write_report
+
+        path = write_report(args.out, reps=args.reps, bench=not args.no_bench, video=not args.no_video)
+        print(f"wrote {path}")
+        return 0
+    from wmzoo.study.run import run_study
+
+    raw = load_config(args.spec, what="study ")
+    study = study_from_dict(raw, f"study {args.spec}: ")
+    parameters = dict(parse_override(item) for item in args.submitit)
+    records = run_study(study, raw, args.out, jobs=args.jobs, executor=args.executor,
+                        show_progress=not args.no_progress, submitit_parameters=parameters)
+    done = sum(r.get("state") == "done" for r in records)
+    print(f"{done} of {len(records)} cells done in {args.out}/cells")
+    if not args.no_report and done:
+        from wmzoo.study.report import write_report
+
+        print(f"wrote {write_report(args.out)}")
+    return 0 if done == len(records) else 1
 
 
 COMMANDS = {
     "list": cmd_list, "run": cmd_run, "eval": cmd_eval, "imagine": cmd_imagine,
     "bench": cmd_bench, "spec": cmd_spec, "aggregate": cmd_aggregate, "data": cmd_data, "evaluate": cmd_evaluate,
+    "study": cmd_study,
 }
 
 if __name__ == "__main__":

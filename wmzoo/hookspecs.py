@@ -52,6 +52,21 @@ class RunPreset:
 
 
 @dataclass(frozen=True)
+class WidthKnob:
+    """How a backbone is grown or shrunk to a parameter budget (``wmzoo study``'s ``params:``).
+
+    ``fields`` are dotted fields of the backbone's spec; the first is *the* width. For a width
+    ``w``, every field is set to its preset value × ``w / (the preset's width)``, rounded to a
+    multiple of ``multiple`` (at least ``multiple``): ``WidthKnob(("retnet.d_model",
+    "retnet.d_ff"), multiple=16)`` keeps REM's FFN four times its width and the width a multiple
+    of 16 (so of any head count up to 8 with even head sizes). The study searches ``w`` for the
+    world-model parameter count closest to the budget."""
+
+    fields: tuple[str, ...]
+    multiple: int = 1
+
+
+@dataclass(frozen=True)
 class BackboneEntry:
     """A world-model backbone.
 
@@ -66,6 +81,9 @@ class BackboneEntry:
     ``paper-atari100k``). A declared name adds a run preset (s4wm's ``paper-2d``: its
     ``paper-2d`` world model with the ``paper`` policy and trainer) or replaces a standard one
     (REM's ``paper`` with its own schedule). Nothing is inferred from the spelling of a name.
+
+    ``width`` (optional) is the :class:`WidthKnob` a parameter-matched study turns; a backbone
+    without one runs at its preset's size and the study's report says so.
     """
 
     name: str
@@ -76,6 +94,7 @@ class BackboneEntry:
     description: str = ""
     paper: str = ""
     run_presets: Mapping[str, RunPreset] = field(default_factory=dict)
+    width: WidthKnob | None = None
 
 
 @dataclass(frozen=True)

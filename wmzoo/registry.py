@@ -360,11 +360,27 @@ def entry_problems(entry: object, etype: EntryType) -> list[str]:
             problem = _preset_problem(value, of_class, etype.required_presets)
         if problem is None and f.name == "run_presets" and "presets" in valid:
             problem = _run_presets_problem(value, entry.presets)  # type: ignore[attr-defined]
+        if problem is None and f.name == "width" and value is not None and "presets" in valid:
+            problem = _width_problem(value, entry.presets)  # type: ignore[attr-defined]
         if problem:
             problems.append(problem)
         else:
             valid.add(f.name)
     return problems
+
+
+def _width_problem(width: Any, presets: Mapping[str, Any]) -> str | None:
+    """A width knob names integer fields of every preset, the first one positive."""
+    if not width.fields or not isinstance(width.multiple, int) or width.multiple < 1:
+        return "width needs at least one field and a multiple >= 1"
+    for key, preset in presets.items():
+        for name in width.fields:
+            value: Any = preset
+            for part in str(name).split("."):
+                value = getattr(value, part, None)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                return f"width field {name!r} is not a positive integer field of presets[{key!r}]"
+    return None
 
 
 def _preset_problem(presets: Mapping[str, Any], spec: type, required: tuple[str, ...]) -> str | None:

@@ -6,7 +6,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, PolicyEntry, hookimpl
+from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
 
 from .actor_critic import PRESETS as POLICY_PRESETS
 from .actor_critic import IrisActorCritic, IrisActorCriticSpec
@@ -25,6 +25,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             description="IRIS: VQ-VAE tokens and a causal GPT with a KV cache, K + 1 calls per imagined step",
             paper="Micheli et al. 2023 (IRIS), section 2, appendices A-B; REM (Cohen et al. 2024) appendix A.4 for rem-config",
             run_presets=RUN_PRESETS,
+            width=WidthKnob(("embed_dim",), multiple=8),
         )
     ]
 

@@ -6,7 +6,7 @@ Registers through the same ``wmzoo`` entry-point hooks a third-party package use
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, PolicyEntry, hookimpl
+from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
 
 from .model import PRESETS, RUN_PRESETS, REMSpec, REMWorldModel
 from .policy import POLICY_PRESETS, REMActorCritic, REMActorCriticSpec
@@ -25,6 +25,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             "(2 world-model calls per imagined step)",
             paper="Cohen, Wang, Kang, Mannor 2024 (REM), section 2, algorithms 1-7, tables 2-7",
             run_presets=RUN_PRESETS,
+            width=WidthKnob(("retnet.d_model", "retnet.d_ff", "tokenizer.embed_dim"), multiple=16),
         )
     ]
 

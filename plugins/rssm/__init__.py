@@ -5,7 +5,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, hookimpl
+from wmzoo.hookspecs import BackboneEntry, WidthKnob, hookimpl
 
 from .model import (
     PRESETS,
@@ -29,6 +29,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             description="DreamerV3 RSSM (LayerNorm GRU, 32x32 categorical latents) with truncated BPTT",
             paper="Hafner et al. 2023 (DreamerV3); RSSM-TBTT baseline of Deng et al. 2023 (s4wm), tables 7-8",
             run_presets=RUN_PRESETS,
+            width=WidthKnob(("deter", "hidden")),
         )
     ]
 

@@ -5,7 +5,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, hookimpl
+from wmzoo.hookspecs import BackboneEntry, WidthKnob, hookimpl
 
 from .model import PRESETS, RUN_PRESETS, S4WMSpec, S4WMWorldModel
 from .s4 import S4Block, S4Blocks, S4DLayer
@@ -24,6 +24,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             "parallel training, recurrent imagination",
             paper="Deng et al. 2023, Facing Off World Model Backbones (s4wm), section 4, appendix B.1, tables 7-8",
             run_presets=RUN_PRESETS,
+            width=WidthKnob(("d_model", "d_ff", "hidden")),
         )
     ]
 

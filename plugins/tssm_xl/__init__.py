@@ -5,7 +5,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, hookimpl
+from wmzoo.hookspecs import BackboneEntry, WidthKnob, hookimpl
 
 from .model import PRESETS, RUN_PRESETS, TSSMXL, TSSMXLSpec, TSSMXLWorldModel
 from .transformer_xl import TransformerXL
@@ -23,6 +23,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             description="TSSM world model on a Transformer-XL (cache of m steps), trained segment by segment",
             paper="Deng et al. 2023 (s4wm) TSSM-XL, appendix D.2, tables 7-8; Chen et al. 2021 (TransDreamer); Dai et al. 2019",
             run_presets=RUN_PRESETS,
+            width=WidthKnob(("d_model", "d_ff", "hidden"), multiple=8),
         )
     ]
 

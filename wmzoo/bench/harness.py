@@ -38,6 +38,7 @@ from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, map_state
 from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import build_world_model, env_info, make_env, world_model_spec
+from wmzoo.specs import WorldModelSpec
 
 Mode = Literal["train", "imagine"]
 SYNTHETIC_ENV = EnvInfo(name="synthetic-64x64", obs_shape=(3, 64, 64), num_actions=6)
@@ -160,14 +161,28 @@ def run_bench(
     if mode not in ("train", "imagine"):
         raise WmzooError(f"--mode {mode!r}: choose train or imagine")
     items = parse_backbones(backbones, preset)
-    for _, name, p in items:  # fail on any bad name before measuring anything
-        world_model_spec(name, p)
-    info = bench_env(env)
+    specs = [(label, name, p, world_model_spec(name, p)) for label, name, p in items]  # bad names first
+    return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, bench_env(env), device, decode)
+
+
+def bench_specs(
+    items: list[tuple[str, str, str, WorldModelSpec]],
+    mode: Mode,
+    batch: int,
+    seq_len: int,
+    horizon: int,
+    iters: int,
+    warmup: int,
+    info: EnvInfo,
+    device: str = "cpu",
+    decode: bool = False,
+) -> list[BenchRecord]:
+    """:func:`run_bench` on resolved world-model specs ``(label, backbone, preset, spec)`` (a
+    study's cells: their presets with the study's ``--set`` and width fields)."""
     dev = torch.device(device)
     records = []
-    for label, name, p in items:
+    for label, name, p, spec in items:
         torch.manual_seed(0)
-        spec = world_model_spec(name, p)
         wm = build_world_model(name, spec, info).to(dev)
         params = sum(x.numel() for x in wm.parameters())
         data = synthetic_batch(info, batch, seq_len, dev)

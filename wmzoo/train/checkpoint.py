@@ -79,3 +79,20 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"checkpoint {path} is corrupt or truncated ({reason}); use an intact checkpoint "
             "or start a new run"
         ) from None
+
+
+def checkpoint_header(path: str | Path) -> dict[str, Any]:
+    """The JSON part of a checkpoint (run spec, env, progress counters; tensors left as their
+    placeholders) without reading a tensor; corrupt files raise WmzooError."""
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        if meta.get("format") != FORMAT:
+            raise WmzooError(f"checkpoint {path}: not a wmzoo checkpoint (format {meta.get('format')!r})")
+        return json.loads(meta["tree"])
+    except WmzooError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as load_checkpoint
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise WmzooError(f"checkpoint {path} is corrupt or truncated ({reason})") from None

@@ -1,0 +1,144 @@
+"""A test-sized study end to end: 3 backbones x 2 envs x 2 seeds at `tiny`, offline on small
+generated datasets. Killed with SIGKILL mid-study, then re-run: the finished cells are not run
+again, the interrupted one resumes from its checkpoint; the report's numbers equal those
+recomputed from the cells' own evaluation files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from wmzoo.eval.metrics import aggregate_iqm, aggregate_mean, aggregate_median
+from wmzoo.study.report import build_report, write_report
+from wmzoo.study.run import cells_of, run_study
+from wmzoo.study.spec import study_from_dict
+
+BACKBONES = ["rssm", "s4wm", "rem"]
+ENVS = ["minigrid-empty-5x5", "distracting-memory-100"]
+STUDY = {
+    "name": "ci", "backbones": BACKBONES, "envs": ENVS, "seeds": 2,
+    "budget": {"updates": 6, "episodes": 6, "size": 16},
+    "eval": {"context": 4},
+    "set": {"train.image_size": 16, "train.log_every": 2, "train.checkpoint_every": 2,
+            "model.batch_size": 2, "model.seq_len": 8},
+}
+
+
+def _study_process(spec: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "wmzoo", "study", "run", str(spec), "--out", str(out),
+                             "--no-progress", "--no-report"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _record(cell_dir: Path) -> dict:
+    try:
+        return json.loads((cell_dir / "cell.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_study_killed_resumes_and_reports_what_the_cells_hold(tmp_path: Path):
+    spec, out = tmp_path / "study.yaml", tmp_path / "out"
+    spec.write_text(yaml.safe_dump(STUDY))
+    proc = _study_process(spec, out)
+    # kill -9 once one cell is done and the next has a checkpoint but is not done
+    deadline, killed = time.time() + 600, None
+    while time.time() < deadline and proc.poll() is None:
+        dirs = sorted((out / "cells").glob("*/*/seed-*")) if (out / "cells").exists() else []
+        done = [d for d in dirs if _record(d).get("state") == "done"]
+        mid = [d for d in dirs if (d / "checkpoint.safetensors").exists() and _record(d).get("state") is None]
+        if done and mid:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = (done, mid)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert killed is not None, f"the study ended before a kill point: {proc.stderr.read().decode()[-500:]}"
+    done, mid = killed
+    time.sleep(0.5)  # PR_SET_PDEATHSIG: the killed study's cell processes are gone
+    finished = {d: (d / "checkpoint.safetensors").stat().st_mtime_ns for d in done}
+    records = run_study(study_from_dict(STUDY), STUDY, out, jobs=2, show_progress=False, log=lambda _: None)
+    assert [r["state"] for r in records] == ["done"] * 12, [r.get("error") for r in records]
+    # Catches: finished cells trained again on a re-run (their checkpoints rewritten)
+    for d, mtime in finished.items():
+        assert (d / "checkpoint.safetensors").stat().st_mtime_ns == mtime and _record(d)["attempts"] == 1
+    # Catches: an interrupted cell started from scratch instead of resumed
+    resumed = _record(mid[0])
+    assert any(" --resume " in c for c in resumed["commands"]), resumed["commands"]
+
+    report = build_report(out, reps=200, bench=False)
+    assert report["score"] == "gen_mse" and not report["higher_is_better"] and report["cells"] == {
+        "done": [c.name for c in cells_of(out)]}
+    # every number recomputed from the cells' own eval/imagination.json
+    gen = {(c.label, c.env, c.seed): json.loads((out / c.path / "eval" / "imagination.json").read_text())["gen_mse"]
+           for c in cells_of(out)}
+    labels = [f"{b}:tiny" for b in BACKBONES]
+    for env in ENVS:
+        for label in labels:
+            row = report["per_env"][env][label]
+            assert row["mean"] == pytest.approx(np.mean([gen[label, env, s] for s in (0, 1)]), rel=1e-12)
+            assert row["seeds"] == {str(s): gen[label, env, s] for s in (0, 1)}
+    for label in labels:
+        matrix = np.array([[gen[label, env, s] for env in ENVS] for s in (0, 1)])
+        metrics = report["aggregate"][label]
+        assert metrics["iqm"]["estimate"] == pytest.approx(float(aggregate_iqm(matrix)))
+        assert metrics["mean"]["estimate"] == pytest.approx(float(aggregate_mean(matrix)))
+        assert metrics["median"]["estimate"] == pytest.approx(float(aggregate_median(matrix)))
+        assert "optimality_gap" not in metrics  # not a normalised score
+    # P(X better than Y) for Gen. MSE (lower is better), by hand: mean over envs of the fraction
+    # of seed pairs where X's error is below Y's (ties count 1/2)
+    a, b = labels[0], labels[1]
+    by_hand = np.mean([np.mean([(gen[a, env, i] < gen[b, env, j]) + 0.5 * (gen[a, env, i] == gen[b, env, j])
+                                for i in (0, 1) for j in (0, 1)]) for env in ENVS])
+    assert report["probability_of_improvement"][f"{a} > {b}"]["estimate"] == pytest.approx(by_hand)
+    # memory metrics are the cells' own means
+    memory = report["memory"][ENVS[1]][labels[2]]
+    assert memory["gen_mse"] == pytest.approx(np.mean([gen[labels[2], ENVS[1], s] for s in (0, 1)]))
+
+    path = write_report(out, reps=200, bench=False, video=True)
+    text = path.read_text()
+    assert "## Probability of improvement" in text and "imagination-distracting-memory-100.gif" in text
+    assert (out / "report" / "profiles.png").is_file() and (out / "report" / "imagination-minigrid-empty-5x5.gif").is_file()
+    # a re-run with everything done runs nothing
+    before = {c.path: _record(out / c.path)["seconds"] for c in cells_of(out)}
+    run_study(study_from_dict(STUDY), STUDY, out, jobs=1, show_progress=False, log=lambda _: None)
+    assert {c.path: _record(out / c.path)["seconds"] for c in cells_of(out)} == before
+
+
+def test_a_failing_cell_is_recorded_and_the_others_finish(tmp_path: Path):
+    # Catches: one crashing cell stopping the study, or its error lost.
+    study = {**STUDY, "backbones": ["rssm"], "envs": ["minigrid-empty-5x5"], "seeds": [0, 1],
+             "budget": {"updates": 2, "episodes": 5, "size": 16}}
+    out = tmp_path / "out"
+    # seed 1's cell cannot load its dataset: a file the cell's run reads is not a dataset
+    from wmzoo.study.run import prepare
+
+    prepare(study_from_dict(study), study, out, log=lambda _: None)
+    bad = out / "cells" / "rssm-tiny" / "minigrid-empty-5x5" / "seed-1"
+    bad.mkdir(parents=True)
+    (bad / "checkpoint.safetensors").write_bytes(b"not a checkpoint")
+    records = run_study(study_from_dict(study), study, out, jobs=1, show_progress=False, log=lambda _: None)
+    assert [r["state"] for r in records] == ["done", "failed"]
+    assert records[1]["error"].startswith("`wmzoo run` exited 2: wmzoo: error:"), records[1]["error"]
+    assert (bad / "checkpoint.safetensors").read_bytes() == b"not a checkpoint"  # nothing overwritten
+
+
+def test_submitit_executor_runs_cells(tmp_path: Path):
+    # Catches: a cell call submitit cannot pickle, a result not collected from its job.
+    pytest.importorskip("submitit")
+    study = {**STUDY, "backbones": ["rssm"], "envs": ["minigrid-empty-5x5"], "seeds": [0],
+             "budget": {"updates": 2, "episodes": 5, "size": 16}}
+    out = tmp_path / "out"
+    records = run_study(study_from_dict(study), study, out, executor="submitit", show_progress=False,
+                        log=lambda _: None, submitit_parameters={"cluster": "local", "timeout_min": 10})
+    assert [r["state"] for r in records] == ["done"], records
+    assert (out / "submitit").is_dir()
+    assert json.loads((out / "cells/rssm-tiny/minigrid-empty-5x5/seed-0/eval/imagination.json").read_text())["gen_mse"] > 0

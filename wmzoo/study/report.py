@@ -1,0 +1,442 @@
+"""``wmzoo study report DIR``: ``report.md``, PNG figures and ``report.json`` of a study.
+
+Every number comes from the cells' own files, so it can be recomputed by hand:
+
+- **score** of a cell: online, its ``eval.json`` (``wmzoo eval --json``): the human-normalised
+  score where the env has one (Atari), else the mean return; offline, its
+  ``eval/imagination.json`` (``wmzoo evaluate --protocol imagination``): the Gen. MSE of the
+  s4wm paper (section 5.3; lower is better).
+- **per env**: each backbone's mean over seeds with a 95 % Student-t interval;
+- **aggregate** over envs × seeds (Agarwal et al. 2021, :mod:`wmzoo.eval.metrics`): IQM, mean,
+  median (and the optimality gap for human-normalised scores) with stratified bootstrap CIs;
+- **probability of improvement** of every backbone over every other, and **performance
+  profiles** (the fraction of runs scoring better than τ);
+- **learning curves**: online, the training-episode return against env steps; offline, each
+  backbone's own training loss against updates (objectives differ: compare shapes, not levels);
+- **memory metrics** (offline): Recon. and Gen. MSE and the Gen. MSE per imagination step;
+- **efficiency**: ``wmzoo bench`` of every backbone at the study's sizes (parameters, training
+  and imagination frames/s, peak memory), all in this process one after the other;
+- **imagination video**: every backbone imagining from the same real context under the same
+  recorded actions, the real frames in the first row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wmzoo.atomic import write_text_atomic
+from wmzoo.errors import WmzooError
+from wmzoo.study.run import STUDY_FILE, Cell, cell_record, cells_of, data_dir
+from wmzoo.study.spec import StudySpec, study_from_dict
+
+REPORT = "report"
+VIDEO_CONTEXT, VIDEO_HORIZON = 8, 24
+
+
+def cell_score(cell: Cell, out: Path, offline: bool) -> tuple[str, float] | None:
+    """``(score name, value)`` of a done cell from its own evaluation file; None when not done."""
+    path = out / cell.path
+    if cell_record(path).get("state") != "done":
+        return None
+    file = path / "eval" / "imagination.json" if offline else path / "eval.json"
+    try:
+        record = json.loads(file.read_text())
+        if offline:
+            return "gen_mse", float(record["gen_mse"])
+        if "human_normalized_score" in record:
+            return "human_normalized_score", float(record["human_normalized_score"])
+        return "mean_return", float(record["mean_return"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WmzooError(f"{file}: unreadable evaluation of a done cell ({exc}); delete its cell.json "
+                         "and re-run `wmzoo study run` to evaluate it again") from None
+
+
+def collect(study: StudySpec, cells: Sequence[Cell], out: Path) -> tuple[str, dict[str, dict[str, dict[int, float]]]]:
+    """``(score name, {label: {env: {seed: score}}})`` over the done cells."""
+    table: dict[str, dict[str, dict[int, float]]] = {label: {} for label in study.labels()}
+    names = set()
+    for cell in cells:
+        scored = cell_score(cell, out, study.budget.offline)
+        if scored is not None:
+            names.add(scored[0])
+            table[cell.label].setdefault(cell.env, {})[cell.seed] = scored[1]
+    if len(names) > 1:  # some envs human-normalised, some not: the common denominator
+        names = {"mean_return"}
+        for cell in cells:
+            record = cell_score(cell, out, False) and json.loads((out / cell.path / "eval.json").read_text())
+            if record:
+                table[cell.label][cell.env][cell.seed] = float(record["mean_return"])
+    return (names.pop() if names else ("gen_mse" if study.budget.offline else "mean_return")), table
+
+
+def per_env(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{env: {label: {seeds, mean, low, high}}}``: mean over seeds with a 95 % t-interval."""
+    from wmzoo.eval.metrics import mean_ci_over_seeds
+
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, envs in table.items():
+        for env, seeds in envs.items():
+            values = np.array([seeds[s] for s in sorted(seeds)], dtype=np.float64)
+            mean, low, high = mean_ci_over_seeds(values[:, None])
+            out.setdefault(env, {})[label] = {
+                "seeds": {str(s): seeds[s] for s in sorted(seeds)},
+                "mean": float(mean[0]), "low": float(low[0]), "high": float(high[0]),
+            }
+    return out
+
+
+def score_matrices(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float]]]
+                   ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """``{label: [seeds, envs]}`` for the backbones done on every env and seed, and the labels
+    left out (a failed or unfinished cell)."""
+    matrices, incomplete = {}, []
+    for label in study.labels():
+        envs = table.get(label, {})
+        if all(len(envs.get(env, {})) == len(study.seeds) for env in study.envs):
+            matrices[label] = np.array([[envs[env][s] for env in study.envs] for s in study.seeds])
+        else:
+            incomplete.append(label)
+    return matrices, incomplete
+
+
+def statistics(matrices: Mapping[str, np.ndarray], score: str, higher_is_better: bool, reps: int
+               ) -> dict[str, Any]:
+    """Aggregates, probabilities of improvement and performance profiles of the full matrices."""
+    from wmzoo.eval.metrics import (
+        METRICS,
+        aggregate,
+        intervals_dict,
+        performance_profile,
+        probability_of_improvement,
+    )
+
+    names = [m for m in METRICS if m != "optimality_gap" or score == "human_normalized_score"]
+    result: dict[str, Any] = {"aggregate": {}, "probability_of_improvement": {}, "profiles": {}}
+    for label, scores in matrices.items():
+        result["aggregate"][label] = intervals_dict(aggregate(scores, names, reps=reps))
+    sign = 1.0 if higher_is_better else -1.0  # "better" is larger after the sign
+    for a in matrices:
+        for b in matrices:
+            if a != b:
+                interval = probability_of_improvement(sign * matrices[a], sign * matrices[b], reps=reps)
+                result["probability_of_improvement"][f"{a} > {b}"] = {
+                    "estimate": interval.estimate, "low": interval.low, "high": interval.high}
+    if matrices:
+        every = np.concatenate([m.ravel() for m in matrices.values()])
+        taus = np.linspace(every.min(), every.max(), 41)
+        for label, scores in matrices.items():
+            fraction, low, high = performance_profile(sign * scores, sign * taus, reps=reps)
+            result["profiles"][label] = {"taus": taus.tolist(), "fraction": np.asarray(fraction).tolist(),
+                                         "low": np.asarray(low).tolist(), "high": np.asarray(high).tolist()}
+    return result
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def scalars(tb: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar a run logged to TensorBoard: ``{tag: [(step, value), ...]}``."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    if not tb.is_dir():
+        return {}
+    acc = EventAccumulator(str(tb), size_guidance={SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def cell_curve(path: Path, offline: bool) -> dict[int, float]:
+    """Online: the training-episode return per logged env step; offline: the sum of the
+    components' ``*/loss`` scalars per logged update."""
+    logged = scalars(path / "tb")
+    if not offline:
+        return dict(logged.get("episode/return", []))
+    curve: dict[int, float] = {}
+    for tag, points in logged.items():
+        if tag.endswith("/loss"):
+            for step, value in points:
+                curve[step] = curve.get(step, 0.0) + value
+    return curve
+
+
+def curves(study: StudySpec, cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """``{env: {label: {x, mean, low, high, seeds}}}`` over the done cells' seeds."""
+    from wmzoo.eval.metrics import mean_ci_over_seeds
+
+    grouped: dict[tuple[str, str], list[dict[int, float]]] = {}
+    for cell in cells:
+        if cell_record(out / cell.path).get("state") == "done":
+            grouped.setdefault((cell.env, cell.label), []).append(cell_curve(out / cell.path, study.budget.offline))
+    result: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for (env, label), per_seed in grouped.items():
+        steps = sorted({s for c in per_seed for s in c})
+        if not steps:
+            continue
+        values = np.array([[c.get(s, np.nan) for s in steps] for c in per_seed], dtype=np.float64)
+        mean, low, high = mean_ci_over_seeds(values)
+        result.setdefault(env, {})[label] = {"x": [float(s) for s in steps], "mean": list(map(float, mean)),
+                                             "low": list(map(float, low)), "high": list(map(float, high)),
+                                             "seeds": len(per_seed)}
+    return result
+
+
+def memory_metrics(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Offline: ``{env: {label: recon_mse, gen_mse (means over seeds), gen_mse_per_step}}``."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        file = out / cell.path / "eval" / "imagination.json"
+        if cell_record(out / cell.path).get("state") == "done" and file.is_file():
+            grouped.setdefault((cell.env, cell.label), []).append(json.loads(file.read_text()))
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for (env, label), records in grouped.items():
+        steps = min(len(r["gen_mse_per_step"]) for r in records)
+        result.setdefault(env, {})[label] = {
+            "recon_mse": float(np.mean([r["recon_mse"] for r in records])),
+            "gen_mse": float(np.mean([r["gen_mse"] for r in records])),
+            "gen_mse_per_step": np.mean([r["gen_mse_per_step"][:steps] for r in records], axis=0).tolist(),
+            "seeds": len(records),
+        }
+    return result
+
+
+# --------------------------------------------------------------------------- efficiency, video
+
+
+def efficiency(study: StudySpec, cells: Sequence[Cell], iters: int = 2) -> list[dict[str, Any]]:
+    """``wmzoo bench`` (train and imagine) of each backbone at its first env's study sizes."""
+    from wmzoo.bench.harness import bench_specs
+    from wmzoo.config import run_spec
+    from wmzoo.study.run import _env_info
+
+    rows = []
+    for label in study.labels():
+        cell = next(c for c in cells if c.label == label)
+        run = run_spec(cell.backbone, cell.env, cell.preset, None, 0, None, cell.overrides)
+        info = _env_info(cell.env, run.train.image_size)
+        item = [(label, cell.backbone, cell.preset, run.model)]
+        M = run.model
+        train = bench_specs(item, "train", M.batch_size, M.seq_len, 0, iters, 1, info)[0]
+        imagine = bench_specs(item, "imagine", 8, min(M.seq_len, 16), 15, iters, 1, info)[0]
+        rows.append({"backbone": label, "env": cell.env, "params": train.params,
+                     "train_frames_per_s": train.throughput, "imagine_frames_per_s": imagine.throughput,
+                     "peak_rss_mb": max(train.peak_rss_mb, imagine.peak_rss_mb),
+                     "train_batch": f"{M.batch_size}x{M.seq_len}", "imagine_batch": "8x15"})
+    return rows
+
+
+def imagination_video(study: StudySpec, cells: Sequence[Cell], out: Path, env: str, path: Path) -> Path | None:
+    """Every backbone (its first done seed) imagining from the same real context under the same
+    actions: an offline study's first test episode, or an episode the first backbone played."""
+    import torch
+
+    from wmzoo.eval.plots import grid_animation
+    from wmzoo.eval.rollout import load_agent, play_episode
+    from wmzoo.interfaces import Batch
+    from wmzoo.train.rundir import imagine_open_loop
+
+    done = {}
+    for cell in cells:
+        if cell.env == env and cell.label not in done and cell_record(out / cell.path).get("state") == "done":
+            done[cell.label] = out / cell.path / "checkpoint.safetensors"
+    if not done:
+        return None
+    context = VIDEO_CONTEXT
+    if study.budget.offline:
+        from wmzoo.data.dataset import iter_episodes
+
+        episode = next(iter_episodes(data_dir(out, env), "test", 1))
+        length = min(len(episode["reward"]), context + VIDEO_HORIZON)
+        batch = Batch(**{k: torch.from_numpy(episode[k][None, :length]) for k in
+                         ("obs", "action", "reward", "terminal", "is_first")})
+    else:
+        batch = play_episode(load_agent(next(iter(done.values()))), context + VIDEO_HORIZON, seed=study.eval.seed)
+        length = batch.obs.shape[1]
+    context = min(context, length - 1)
+    rows: list[tuple[str, np.ndarray]] = []
+    for label, checkpoint in done.items():
+        real, model = imagine_open_loop(load_agent(checkpoint), batch, context)
+        if not rows:
+            rows.append(("real", _hwc(real)))
+        rows.append((label, _hwc(model)))
+    return grid_animation(path, rows)
+
+
+def _hwc(frames: np.ndarray) -> np.ndarray:
+    frames = np.transpose(frames, (0, 2, 3, 1))
+    return np.repeat(frames, 3, axis=3) if frames.shape[3] == 1 else frames[..., :3]
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def load_saved_study(out: Path) -> StudySpec:
+    from wmzoo.specs import load_config
+
+    if not (out / STUDY_FILE).is_file():
+        raise WmzooError(f"{out}: no {STUDY_FILE}; is it a `wmzoo study run` --out folder?")
+    return study_from_dict(load_config(out / STUDY_FILE, what=""), f"{out / STUDY_FILE}: ")
+
+
+def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dict[str, Any]:
+    """Everything the report shows, as JSON-able data (without the figures)."""
+    out = Path(out)
+    study = load_saved_study(out)
+    cells = cells_of(out)
+    score, table = collect(study, cells, out)
+    higher = score != "gen_mse"
+    matrices, incomplete = score_matrices(study, table)
+    states: dict[str, list[str]] = {}
+    for cell in cells:
+        record = cell_record(out / cell.path)
+        state = record.get("state", "not started")
+        states.setdefault(state, []).append(cell.name + (f": {record['error']}" if "error" in record else ""))
+    from wmzoo.registry import default_registry
+
+    registry = default_registry()
+    params: dict[str, dict[str, Any]] = {}
+    from wmzoo.study.run import world_model_parameters
+
+    for cell in cells:
+        if cell.env not in params.get(cell.label, {}):
+            params.setdefault(cell.label, {})[cell.env] = {
+                "world_model": world_model_parameters(cell.backbone, cell.preset, cell.env, cell.overrides),
+                "width": cell.width, "knob": registry.backbone(cell.backbone).width is not None,
+            }
+    report: dict[str, Any] = {
+        "study": study.name, "mode": "offline" if study.budget.offline else "online",
+        "budget": study.budget.model_dump(), "params_target": study.params,
+        "score": score, "higher_is_better": higher, "cells": {k: v for k, v in sorted(states.items())},
+        "parameters": params, "per_env": per_env(table), "incomplete": incomplete,
+        **statistics(matrices, score, higher, reps),
+        "curves": curves(study, cells, out),
+    }
+    if study.budget.offline:
+        report["memory"] = memory_metrics(cells, out)
+    if bench:
+        report["efficiency"] = efficiency(study, cells)
+    return report
+
+
+def write_report(out: str | Path, reps: int = 10_000, bench: bool = True, video: bool = True) -> Path:
+    """Write ``DIR/report/{report.md, report.json, *.png, imagination-<env>.gif}``; returns the
+    path of ``report.md``."""
+    from wmzoo.eval.plots import curves_plot, interval_plot, profile_plot
+
+    out = Path(out)
+    report = build_report(out, reps=reps, bench=bench)
+    folder = out / REPORT
+    folder.mkdir(exist_ok=True)
+    figures: dict[str, str] = {}
+    score_label = SCORE_LABELS[report["score"]]
+    for env, series in report["curves"].items():
+        ylabel = "training-episode return" if report["mode"] == "online" else "training loss (own objective)"
+        xlabel = "env steps" if report["mode"] == "online" else "updates"
+        name = f"curves-{env}.png"
+        curves_plot(folder / name, {label: (s["x"], s["mean"], s["low"], s["high"]) for label, s in series.items()},
+                    xlabel, ylabel, title=env)
+        figures[f"curves {env}"] = name
+    if report["aggregate"]:
+        for metric in next(iter(report["aggregate"].values())):
+            rows = [(label, m[metric]["estimate"], m[metric]["low"], m[metric]["high"])
+                    for label, m in report["aggregate"].items()]
+            name = f"aggregate-{metric}.png"
+            interval_plot(folder / name, rows, f"{metric} of {score_label}")
+            figures[f"aggregate {metric}"] = name
+        profiles = {label: (p["fraction"], p["low"], p["high"]) for label, p in report["profiles"].items()}
+        taus = next(iter(report["profiles"].values()))["taus"]
+        compare = ">" if report["higher_is_better"] else "<"
+        profile_plot(folder / "profiles.png", taus, profiles, xlabel=f"{score_label} τ",
+                     ylabel=f"fraction of runs with score {compare} τ")
+        figures["performance profiles"] = "profiles.png"
+    for env, series in report.get("memory", {}).items():
+        name = f"gen-mse-per-step-{env}.png"
+        curves_plot(folder / name, {label: (list(range(1, len(m["gen_mse_per_step"]) + 1)), m["gen_mse_per_step"],
+                                            None, None) for label, m in series.items()},
+                    "imagination step", "Gen. MSE", title=env)
+        figures[f"Gen. MSE per step {env}"] = name
+    study = load_saved_study(out)
+    if video:
+        for env in study.envs:
+            written = imagination_video(study, cells_of(out), out, env, folder / f"imagination-{env}.gif")
+            if written is not None:
+                figures[f"imagination {env}"] = written.name
+    report["figures"] = figures
+    write_text_atomic(folder / "report.json", json.dumps(report, indent=2))
+    return write_text_atomic(folder / "report.md", markdown(report))
+
+
+SCORE_LABELS = {"mean_return": "mean return", "human_normalized_score": "human-normalised score",
+                "gen_mse": "Gen. MSE"}
+
+
+def _ci(d: Mapping[str, float], key: str = "mean") -> str:
+    return f"{d[key]:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The report as Markdown: tables of every number, links to every figure."""
+    score = SCORE_LABELS[report["score"]]
+    better = "higher" if report["higher_is_better"] else "lower"
+    lines = [f"# Study: {report['study']}", ""]
+    budget = report["budget"]
+    what = (f"{budget['updates']:,} world-model updates per cell on one dataset per env "
+            f"({budget['episodes']} episodes, {budget['size']}x{budget['size']})" if report["mode"] == "offline"
+            else f"{budget['steps']:,} env steps per cell")
+    lines += [f"Mode: {report['mode']}, {what}. Score: {score} ({better} is better). "
+              "Intervals are 95 %: Student t over seeds per env, stratified bootstrap for aggregates.", ""]
+    lines += ["## Cells", ""] + [f"- {state}: {len(names)}" for state, names in report["cells"].items()]
+    for state, names in report["cells"].items():
+        if state != "done":
+            lines += [f"  - {n}" for n in names]
+    lines += ["", "## Parameters (world model)", ""]
+    target = report["params_target"]
+    lines += [f"Parameter budget: {target:,}." if target else "Not parameter-matched (each backbone at its preset)."]
+    lines += ["", "| backbone | env | parameters | width fields |", "|---|---|---|---|"]
+    for label, envs in report["parameters"].items():
+        for env, p in envs.items():
+            width = ", ".join(f"{k}={v}" for k, v in p["width"].items()) or (
+                "no width knob: preset size" if target and not p["knob"] else "-")
+            lines.append(f"| {label} | {env} | {p['world_model']:,} | {width} |")
+    lines += ["", f"## Final {score} per environment", ""]
+    for env, rows in report["per_env"].items():
+        lines += [f"### {env}", "", "| backbone | mean [95 % CI] | per seed |", "|---|---|---|"]
+        for label, r in rows.items():
+            seeds = ", ".join(f"{s}: {v:.3f}" for s, v in r["seeds"].items())
+            lines.append(f"| {label} | {_ci(r)} | {seeds} |")
+        lines.append("")
+    if report["aggregate"]:
+        metrics = list(next(iter(report["aggregate"].values())))
+        lines += [f"## Aggregate over environments and seeds ({score})", "",
+                  "| backbone | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+        for label, m in report["aggregate"].items():
+            lines.append(f"| {label} | " + " | ".join(_ci(m[k], "estimate") for k in metrics) + " |")
+        if report["incomplete"]:
+            lines += ["", f"Left out of the aggregates (a cell not done): {', '.join(report['incomplete'])}."]
+        lines += ["", "## Probability of improvement", "",
+                  f"P(X better than Y): the chance a run of X scores {better} than a run of Y on the same env, "
+                  "averaged over envs (Agarwal et al. 2021).", "", "| X > Y | P [95 % CI] |", "|---|---|"]
+        for pair, p in report["probability_of_improvement"].items():
+            lines.append(f"| {pair} | {_ci(p, 'estimate')} |")
+    if report.get("memory"):
+        lines += ["", "## Memory metrics (s4wm paper, section 5.3; test split)", "",
+                  "| env | backbone | Recon. MSE | Gen. MSE |", "|---|---|---|---|"]
+        for env, rows in report["memory"].items():
+            for label, m in rows.items():
+                lines.append(f"| {env} | {label} | {m['recon_mse']:.3f} | {m['gen_mse']:.3f} |")
+    if report.get("efficiency"):
+        lines += ["", "## Efficiency (`wmzoo bench`, this machine, one process)", "",
+                  "| backbone | params | train frames/s | imagine frames/s | peak RSS (MB) |", "|---|---|---|---|---|"]
+        for r in report["efficiency"]:
+            lines.append(f"| {r['backbone']} | {r['params']:,} | {r['train_frames_per_s']:.1f} "
+                         f"({r['train_batch']}) | {r['imagine_frames_per_s']:.1f} ({r['imagine_batch']}) "
+                         f"| {r['peak_rss_mb']:.0f} |")
+    if report.get("figures"):
+        lines += ["", "## Figures", ""]
+        for title, name in report["figures"].items():
+            lines.append(f"![{title}]({name})" if name.endswith((".png", ".gif")) else f"- {title}: {name}")
+    return "\n".join(lines) + "\n"

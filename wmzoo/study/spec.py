@@ -1,0 +1,216 @@
+"""The study spec: which backbones, on which environments, with which seeds, for what budget.
+
+A study is a YAML file (``wmzoo study init`` writes a commented example, :data:`EXAMPLE`)::
+
+    name: memory-and-gridworld
+    backbones: [rssm:tiny, s4wm:tiny, {name: rem:tiny, set: {train.prefill: 500}}]
+    envs: [minigrid-empty-6x6, distracting-memory-100]
+    seeds: 3                      # 0, 1, 2 (or a list)
+    budget: {steps: 20000}        # online env steps per cell, or {updates: N, episodes: E}
+    eval: {episodes: 20}          # greedy; temperature: T samples at T
+    params: null                  # or 2_000_000: every world model scaled to ~2M parameters
+    set: {train.image_size: 32}   # --set fields of every cell
+
+Every field is validated once, here; names are checked against the registry before anything is
+written (an unknown backbone or env is one line naming the field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from wmzoo.errors import WmzooError
+from wmzoo.specs import Spec, describe_error, load_config
+
+
+class BackboneChoice(Spec):
+    """One backbone of the study: ``name[:preset]`` and ``--set`` fields of its cells only."""
+
+    name: str = Field(description="backbone name, optionally with :PRESET (default: the study's preset)")
+    set: dict[str, Any] = Field(default_factory=dict, description="--set KEY=VALUE fields for this backbone")
+
+    @property
+    def backbone(self) -> str:
+        return self.name.split(":", 1)[0]
+
+    def preset(self, default: str) -> str:
+        return self.name.split(":", 1)[1] if ":" in self.name else default
+
+    def label(self, default: str) -> str:
+        """``backbone:preset``, the name of its cells and of its row in the report."""
+        return f"{self.backbone}:{self.preset(default)}"
+
+
+class Budget(Spec):
+    """Online: ``steps`` env steps per cell (``wmzoo run --steps``). Offline: ``updates``
+    world-model updates per cell on one dataset per env, shared by every backbone and seed
+    (``wmzoo data generate`` with ``episodes`` episodes at ``size`` pixels, then
+    ``wmzoo run --offline``)."""
+
+    steps: int | None = Field(None, ge=1, description="online: env steps per cell")
+    updates: int | None = Field(None, ge=1, description="offline: world-model updates per cell")
+    episodes: int = Field(200, ge=5, description="offline: episodes of each env's dataset (80/10/10 split; 5 gives one test episode)")
+    size: int = Field(64, ge=8, le=256, description="offline: image size of the datasets")
+    data_seed: int = Field(0, ge=0, description="offline: episode i of a dataset is reset with data_seed + i")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Budget:
+        if (self.steps is None) == (self.updates is None):
+            raise ValueError("give exactly one of steps (online env steps) or updates (offline updates)")
+        return self
+
+    @property
+    def offline(self) -> bool:
+        return self.updates is not None
+
+
+class EvalSpec(Spec):
+    """How each finished cell is scored. Online cells: mean return over ``episodes`` evaluation
+    episodes (greedy, or sampled at ``temperature``). Offline cells: the s4wm paper's memory
+    protocols on the dataset's test split (Gen. MSE of ``imagination``; ``reward`` accuracy on
+    Distracting Memory), ``context`` observed frames where the env has no context phase."""
+
+    episodes: int = Field(10, ge=1, le=100_000, description="online: evaluation episodes per cell")
+    temperature: float | None = Field(None, gt=0, description="online: sample at T (null: greedy)")
+    max_steps: int = Field(1000, ge=1, description="online: cap on steps per evaluation episode")
+    seed: int = Field(10_000, ge=0, description="online: evaluation episode i is reset with seed + i")
+    context: int = Field(8, ge=1, description="offline: observed frames before imagining, where the env has no phases")
+    test_episodes: int | None = Field(None, ge=1, description="offline: test episodes scored (null: all)")
+
+
+class StudySpec(Spec):
+    """A comparison study: every backbone × env × seed is one ordinary wmzoo run directory."""
+
+    name: str = Field(min_length=1, description="the study's name (its report's title)")
+    backbones: list[BackboneChoice] = Field(min_length=1, description="name[:preset] entries")
+    envs: list[str] = Field(min_length=1, description="environment names")
+    seeds: list[int] = Field(min_length=1, description="training seeds (an integer N: 0..N-1)")
+    preset: str = Field("tiny", description="preset of backbones named without :PRESET")
+    budget: Budget
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    params: int | None = Field(
+        None, ge=1_000, description="match every world model to this many parameters through its width knob"
+    )
+    set: dict[str, Any] = Field(default_factory=dict, description="--set KEY=VALUE fields of every cell")
+
+    @field_validator("backbones", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise ValueError(f"seeds {value}: give a count >= 1 or a list of seeds")
+            return list(range(value))
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value) or min(value) < 0:
+            raise ValueError(f"seeds {value}: must be distinct and >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> StudySpec:
+        labels = [b.label(self.preset) for b in self.backbones]
+        for what, names in (("backbones", labels), ("envs", self.envs)):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{what}: {', '.join(twice)} listed twice")
+        return self
+
+    def labels(self) -> list[str]:
+        return [b.label(self.preset) for b in self.backbones]
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read and validate a study YAML; every problem is one line naming the field."""
+    data = load_config(path, what="study ")
+    return study_from_dict(data, f"study {path}: ")
+
+
+def study_from_dict(data: Mapping[str, Any], prefix: str = "study: ") -> StudySpec:
+    try:
+        study = StudySpec.model_validate(dict(data))
+    except ValidationError as exc:
+        raise WmzooError(prefix + describe_error(exc, cls=StudySpec)) from None
+    check_names(study, prefix)
+    return study
+
+
+def check_names(study: StudySpec, prefix: str = "study: ") -> None:
+    """Unknown backbone, preset, env or ``set`` field: one line naming the study field."""
+    from wmzoo.config import run_spec
+    from wmzoo.registry import default_registry
+
+    registry = default_registry()
+    for i, choice in enumerate(study.backbones):
+        try:
+            registry.backbone(choice.backbone)
+        except WmzooError as exc:
+            raise WmzooError(f"{prefix}backbones[{i}]: {exc}") from None
+    for j, env in enumerate(study.envs):
+        try:
+            registry.env(env)
+        except WmzooError as exc:
+            raise WmzooError(f"{prefix}envs[{j}]: {exc}") from None
+    for i, choice in enumerate(study.backbones):
+        for env in study.envs:
+            try:
+                run_spec(choice.backbone, env, choice.preset(study.preset), None, 0, None,
+                         {**study.set, **choice.set})
+            except WmzooError as exc:
+                raise WmzooError(f"{prefix}backbones[{i}] ({choice.name}) on {env}: {exc}") from None
+
+
+EXAMPLE = """\
+# A wmzoo comparison study: `wmzoo study run THIS.yaml --out DIR`, then `wmzoo study report DIR`.
+# Every backbone x env x seed is one ordinary run directory under DIR/cells (eval, imagine and
+# --resume work on it); re-running `study run` skips finished cells and resumes interrupted ones.
+name: my-study
+
+# name[:preset] (default preset below); `set` holds --set fields of that backbone's cells only
+backbones:
+  - rssm
+  - s4wm
+  - name: rem
+    set: {train.prefill: 500}
+
+# environment names (`wmzoo list`)
+envs: [minigrid-empty-6x6, minigrid-memory-s7]
+
+# training seeds: a count (0..N-1) or a list
+seeds: 3
+
+# preset of backbones named without :PRESET (tiny: CPU minutes, small: a CPU hour, paper)
+preset: tiny
+
+# online: env steps per cell; or offline: world-model updates per cell on one generated dataset
+# per env shared by all backbones: {updates: 2000, episodes: 200, size: 64}
+budget:
+  steps: 20000
+
+# online cells: mean return over `episodes` (greedy, or sampled at `temperature`);
+# offline cells: the memory protocols on the dataset's test split
+eval:
+  episodes: 10
+  temperature: null
+
+# optional: scale every world model to about this many parameters through the width knob its
+# plugin declares (backbones without one run at their preset's size; the report says so)
+params: null
+
+# --set fields of every cell
+set:
+  train.image_size: 64
+"""
