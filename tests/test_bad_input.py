@@ -85,6 +85,7 @@ CASES = [
     ("resume changing a fixed field", "run --logdir {run} --resume --set model.deter=64", "cannot change on --resume"),
     ("resume with --backbone", "run --logdir {run} --resume --backbone s4wm", "--backbone"),
     ("resume of nothing", "run --logdir {root}/empty --resume", "--resume"),
+    ("resume of an online run with --offline", "run --logdir {run} --resume --offline {run}/replay", "--offline cannot change"),
     ("run.yaml edited away from its checkpoint", "run --logdir {yaml_mismatch} --resume --steps 80", "does not fit"),
     ("offline env.json not JSON", "run --offline {root}/badenv-json --logdir {root}/new --steps 5", "not a valid env.json"),
     ("offline env.json of the wrong fields", "run --offline {root}/badenv-fields --logdir {root}/new --steps 5", "not a valid env.json"),

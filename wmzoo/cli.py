@@ -23,6 +23,8 @@ EPILOG = """examples:
   wmzoo list
   wmzoo run --backbone rssm --env minigrid-memory-s7 --preset tiny --logdir runs/mem
   wmzoo run --logdir runs/mem --resume
+  wmzoo run --offline data/dm100 --env distracting-memory-100 --steps 1000 --logdir runs/dm
+  wmzoo run --logdir runs/dm --resume --steps 2000
   wmzoo eval --checkpoint runs/mem/checkpoint.safetensors --episodes 5
   wmzoo imagine --checkpoint runs/mem/checkpoint.safetensors --out mem.gif
   wmzoo bench --backbones rssm:tiny,rssm:small --mode train --batch 4 --seq-len 64
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a spec field, e.g. model.deter=512, train.train_ratio=32")
     p.add_argument("--config", help="YAML file of fields (same keys as run.yaml)")
     p.add_argument("--logdir", help="run folder (default: runs/<backbone>-<env>-<preset>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --logdir")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --logdir (an offline one on its recorded data)")
     p.add_argument("--offline", metavar="DIR", help="train only the world model on recorded episodes in DIR")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -236,8 +239,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         overrides.append(f"train.steps={args.steps}")
     if args.resume:
-        run, logdir = _resumed_run(args, overrides)
-        path = train_online(run, logdir, resume=True, show_progress=not args.no_progress)
+        run, logdir, data = _resumed_run(args, overrides)
+        if data is None:
+            path = train_online(run, logdir, resume=True, show_progress=not args.no_progress)
+        else:
+            path = train_offline(run, data, logdir, updates=run.train.steps, resume=True,
+                                 show_progress=not args.no_progress)
         print(f"checkpoint: {path}")
         return 0
     env = args.env
@@ -260,17 +267,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path]:
-    """The run recorded in ``--logdir`` with the ``--set`` fields that may change on resume;
-    anything else is refused before a file is read or written."""
+def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path, Path | None]:
+    """The run recorded in ``--logdir`` with the ``--set`` fields that may change on resume, and
+    the data of an offline run (``--offline``, else the recorded one; ``None``: an online run);
+    anything else is refused before a file is written."""
     from wmzoo.config import resume_spec
     from wmzoo.specs import RESUMABLE_TRAIN_FIELDS, load_config
+    from wmzoo.train.rundir import recorded_data
 
     if not args.logdir:
         raise WmzooError("--resume needs --logdir (the folder of the run to continue)")
     logdir = Path(args.logdir)
-    fixed = [f"--{name}" for name in ("backbone", "env", "preset", "policy", "seed", "config", "offline")
+    recorded = recorded_data(logdir)
+    fixed = [f"--{name}" for name in ("backbone", "env", "preset", "policy", "seed", "config")
              if getattr(args, name) is not None]
+    if args.offline is not None and recorded is None:  # an offline run may name its data (moved)
+        fixed.append("--offline")
     if fixed:
         raise WmzooError(
             f"--resume continues the run recorded in {logdir / 'run.yaml'}; {', '.join(fixed)} cannot "
@@ -279,7 +291,8 @@ def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpe
     if not (logdir / "checkpoint.safetensors").is_file():
         raise WmzooError(f"--resume: {logdir} holds no checkpoint.safetensors to continue from")
     saved = load_config(logdir / "run.yaml", what="--resume: ")
-    return resume_spec(saved, overrides, source=str(logdir / "run.yaml")), logdir
+    data = Path(args.offline) if args.offline is not None else Path(recorded["data"]) if recorded else None
+    return resume_spec(saved, overrides, source=str(logdir / "run.yaml")), logdir, data
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

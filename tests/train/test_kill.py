@@ -112,3 +112,55 @@ def test_random_kills_across_every_phase(tmp_path):
     for i in range(10):
         previous = _kill_and_check(logdir, steps, rng.uniform(0.0, 3.0), previous, after_checkpoint=i % 2 == 1)
     _finish(logdir, steps)
+
+
+def _offline_command(data: Path, logdir: Path, updates: int, resume: bool) -> list[str]:
+    base = [sys.executable, "-m", "wmzoo.cli", "run", "--logdir", str(logdir), "--no-progress", "--steps", str(updates)]
+    if resume:  # no --offline: the data recorded in offline.json
+        return [*base, "--resume"]
+    return [*base, "--offline", str(data), "--preset", "tiny", "--set", "train.checkpoint_every=2",
+            "--set", "train.threads=1"]
+
+
+def _offline_progress(logdir: Path) -> int:
+    """The checkpoint's update count, checked against its optimizer's own step count."""
+    tree = load_checkpoint(logdir / "checkpoint.safetensors")
+    steps = {float(s["step"]) for s in tree["world_model_optim"]["model"]["opt"]["state"].values()}
+    assert steps == {tree["progress"]["updates"]}, (steps, tree["progress"])
+    return tree["progress"]["updates"]
+
+
+@pytest.mark.slow
+def test_a_killed_offline_run_resumes_from_its_checkpoint(tmp_path):
+    # Catches: an offline checkpoint torn by kill -9, a resume that restarts its counters or its
+    # optimizer (the update count would go back, or Adam's step count would fall behind it), a
+    # resume that does not find its data without --offline, a temporary file left forever.
+    from wmzoo.data.generate import generate
+
+    data = tmp_path / "data"
+    generate("minigrid-empty-5x5", 2, data, split=(1.0, 0.0, 0.0), log=lambda line: None)
+    logdir = tmp_path / "run"
+    ckpt = logdir / "checkpoint.safetensors"
+    updates, previous = 200, 0
+    for delay in (0.3, 0.0):  # just after a checkpoint (training), then right as one is written
+        stamp = ckpt.stat().st_mtime_ns if ckpt.exists() else 0
+        proc = subprocess.Popen(_offline_command(data, logdir, updates, ckpt.exists()),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ckpt.exists() and ckpt.stat().st_mtime_ns != stamp:
+                break
+            time.sleep(0.05)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done = _offline_progress(logdir)
+        assert previous < done < updates, (previous, done)  # a new checkpoint, further on
+        previous = done
+    record = (logdir / "offline.json").read_bytes()
+    result = subprocess.run(_offline_command(data, logdir, updates, resume=True), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _offline_progress(logdir) == updates
+    assert (logdir / "offline.json").read_bytes() == record
+    assert [p for p in logdir.rglob("*") if p.name.endswith(".tmp")] == []

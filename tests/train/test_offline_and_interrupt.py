@@ -86,6 +86,7 @@ def test_interrupted_offline_run_saves_the_world_model_so_far(capsys, tmp_path, 
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("wmzoo: error: interrupted at update 2;")
+    assert err.rstrip().endswith("; continue with --resume")  # offline runs resume too
     assert str(checkpoint) in err
     assert seen["on_disk"] == [1, 2]  # checkpoint_every=1: one after each finished update
     assert load_checkpoint(checkpoint)["progress"]["updates"] == 2

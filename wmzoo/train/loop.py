@@ -14,6 +14,9 @@ Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share
 5. log, checkpoint (replay flushed first, so ``--resume`` loses nothing), and at the end write
    an imagination GIF.
 
+Offline (:func:`train_offline`): step 3 alone on a folder of recorded episodes, recorded in
+``<logdir>/offline.json`` so that ``--resume`` continues on the same data.
+
 A step whose loss or gradient is NaN or inf is skipped and counted; ``train.max_nonfinite`` in a
 row stop the run with one line, and a checkpoint is only ever written finite
 (:mod:`wmzoo.train.nonfinite`), so the last good one survives.
@@ -24,6 +27,7 @@ restores from its ``logdir`` is :mod:`wmzoo.train.rundir`.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from wmzoo.atomic import write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.dataset import training_dir, write_env_info
 from wmzoo.envs.vector import make_vector_env, vector_env_info
@@ -43,7 +48,18 @@ from wmzoo.train.agent import Agent
 from wmzoo.train.collector import Collector
 from wmzoo.train.logger import Logger
 from wmzoo.train.nonfinite import NonFiniteGuard, kept_checkpoint, nonfinite_hint
-from wmzoo.train.rundir import CHECKPOINT, data_env_info, record_imagination, restore_run, save_run, write_run_spec
+from wmzoo.train.rundir import (
+    CHECKPOINT,
+    OFFLINE,
+    check_same_data,
+    data_env_info,
+    data_record,
+    record_imagination,
+    recorded_data,
+    restore_run,
+    save_run,
+    write_run_spec,
+)
 
 
 @dataclass
@@ -73,6 +89,12 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     progress = Progress()
     if resume:
         progress = Progress(**restore_run(agent, logdir))
+        if progress.env_steps == 0 and progress.updates > 0:  # only offline runs update without env steps
+            envs.close()
+            raise WmzooError(
+                f"the run in {logdir} trained offline before offline runs recorded their data ({OFFLINE}), "
+                "so it cannot be resumed; start a new run"
+            )
         if progress.env_steps > T.steps or (progress.env_steps == T.steps and progress.final >= T.final_updates):
             envs.close()
             raise WmzooError(
@@ -97,7 +119,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         replay.flush()
         return save_run(logdir, agent, asdict(progress))
 
-    guard = nonfinite_guard(agent, logdir, resumable=True)
+    guard = nonfinite_guard(agent, logdir)
 
     def update() -> None:
         """One world-model update; the policy's every ``policy_every``, once it has started."""
@@ -151,27 +173,62 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     return path
 
 
-def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, show_progress: bool = True) -> Path:
-    """Train only the world model for ``updates`` steps on recorded episodes in ``data`` (a
-    folder of chunk files, or a dataset root of ``wmzoo data generate``: its train split)."""
+def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: bool = False,
+                  show_progress: bool = True) -> Path:
+    """Train only the world model to ``updates`` steps on recorded episodes in ``data`` (a folder
+    of chunk files, or a dataset root of ``wmzoo data generate``: its train split); returns the
+    checkpoint path.
+
+    ``<logdir>/offline.json`` records the data (:func:`~wmzoo.train.rundir.data_record`). With
+    ``resume``, the checkpoint's weights, optimizer state and counters are restored and training
+    continues to ``updates`` in all, on the same data only (one line otherwise). As online, the
+    resumed replay samples with seed ``run.seed + updates done`` (a stateful world model's carry
+    starts afresh), so a resumed run is not bit-identical to an uninterrupted one."""
     data = training_dir(data)
-    replay = Replay.load(data, capacity=run.train.replay_capacity, seed=run.seed, sampling=run.train.sampling)
-    if len(replay) == 0:
-        raise WmzooError(f"--offline {data}: no episodes found (expected the replay's .npz chunk files)")
+    if not data.is_dir():
+        moved = " (a dataset that moved: --resume --offline ITS_NEW_FOLDER)" if resume else ""
+        raise WmzooError(f"--offline {data}: no such folder; check the path{moved}")
+    record, empty = data_record(data), f"--offline {data}: no episodes found (expected the replay's .npz chunk files)"
+    if record["files"] == 0:
+        raise WmzooError(empty)
+    recorded = recorded_data(logdir) if resume else None
+    if resume:
+        if not (logdir / CHECKPOINT).is_file():
+            raise WmzooError(f"--resume: {logdir} holds no {CHECKPOINT} to continue from")
+        if recorded is None:
+            raise WmzooError(
+                f"--resume: {logdir} records no offline data ({OFFLINE}): an online run (resume it without "
+                "--offline) or an offline run from before offline runs could resume (start a new run)"
+            )
+        check_same_data(logdir, recorded, record)
     info = data_env_info(data, run)
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
-    write_run_spec(logdir, run)
+    progress = Progress()
+    if resume:
+        progress = Progress(**restore_run(agent, logdir))
+        if progress.updates >= updates:
+            raise WmzooError(
+                f"the offline run in {logdir} is at update {progress.updates}; --steps {updates} asks for "
+                f"nothing more: pass --steps above {progress.updates}"
+            )
+    replay = Replay.load(data, capacity=run.train.replay_capacity, seed=run.seed + progress.updates,
+                         sampling=run.train.sampling)
+    if len(replay) == 0:  # every file unreadable
+        raise WmzooError(empty)
+    write_run_spec(logdir, run, resume=resume)
+    if record != recorded:  # a new run, or its data moved
+        write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
     logger = Logger(logdir)
     batches = WorldModelBatches(agent, replay)
-    progress = Progress()
-    guard = nonfinite_guard(agent, logdir, resumable=False)
+    guard = nonfinite_guard(agent, logdir)
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))
 
     with _interrupt_guard(checkpoint, progress, offline=True):
-        for _ in tqdm(range(updates), disable=not show_progress, desc="wmzoo offline"):
+        for _ in tqdm(range(progress.updates, updates), initial=progress.updates, total=updates,
+                      disable=not show_progress, desc="wmzoo offline"):
             metrics = batches.update(progress.updates).metrics
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
             log_update(guard, logger, progress, metrics, progress.updates)
@@ -202,14 +259,14 @@ def log_update(guard: NonFiniteGuard, logger: Logger, progress: Progress, metric
         raise WmzooError(stop)
 
 
-def nonfinite_guard(agent: Agent, logdir: Path, resumable: bool) -> NonFiniteGuard:
+def nonfinite_guard(agent: Agent, logdir: Path) -> NonFiniteGuard:
     """The run's watch over skipped (non-finite) steps: it stops the run after
     ``train.max_nonfinite`` in a row of one optimizer, naming the loss, keeping the checkpoint
-    (``resumable``: an online run, which ``--resume`` can continue)."""
+    (which ``--resume`` continues, online or offline)."""
     checkpoint = logdir / CHECKPOINT
     return NonFiniteGuard(
         agent.named_optimizers(), agent.run.train.max_nonfinite,
-        lambda opt: f"{kept_checkpoint(checkpoint)}; {nonfinite_hint(agent.run, opt.spec, resumable)}",
+        lambda opt: f"{kept_checkpoint(checkpoint)}; {nonfinite_hint(agent.run, opt.spec, resumable=True)}",
     )
 
 
@@ -252,7 +309,7 @@ class _interrupt_guard:
             if self.offline:
                 raise WmzooError(
                     f"interrupted at update {self.progress.updates}; the world model so far is "
-                    f"saved to {path}"
+                    f"saved to {path}; continue with --resume"
                 )
             raise WmzooError(
                 f"interrupted at env step {self.progress.env_steps}; checkpoint saved to {path}; "

@@ -92,8 +92,8 @@ def kept_checkpoint(path: Path) -> str:
 
 def nonfinite_hint(run: RunSpec, optim: OptimSpec | None = None, resumable: bool = False) -> str:
     """How to get past non-finite losses: the ``--set`` path of ``optim`` (else of every optimizer
-    spec of the run) whose rate to lower or clip to tighten; or, for a ``resumable`` (online)
-    run, ``--resume`` (other batches)."""
+    spec of the run) whose rate to lower or clip to tighten; or, for a ``resumable`` run (a
+    training run, online or offline), ``--resume`` (other batches)."""
     paths = {id(spec): path for part in ("model", "policy") for path, spec in _optim_specs(getattr(run, part), part)}
     path = paths.get(id(optim))
     if path:

@@ -4,6 +4,7 @@
     <logdir>/checkpoint.safetensors   run spec, env shapes, progress counters, agent state
     <logdir>/imagination.gif          a replayed segment, real beside imagined, at the end
     <logdir>/replay/                  the replay's chunk files and env.json (wmzoo.data)
+    <logdir>/offline.json             an offline run's dataset (``--resume`` trains on it again)
     <logdir>/tb/                      TensorBoard scalars and images (wmzoo.train.logger)
 
 Also the open-loop imagination behind the GIF and ``wmzoo imagine``, and the env shapes of
@@ -12,6 +13,7 @@ recorded data for offline training.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -25,6 +27,7 @@ import yaml
 from wmzoo.atomic import remove_temporaries, write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.dataset import recorded_env_info
+from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.registry import env_info, make_env
@@ -36,6 +39,7 @@ from wmzoo.train.nonfinite import kept_checkpoint, nonfinite_hint, nonfinite_ten
 
 CHECKPOINT = "checkpoint.safetensors"
 GIF = "imagination.gif"
+OFFLINE = "offline.json"
 
 
 def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
@@ -74,6 +78,48 @@ def restore_run(agent: Agent, logdir: Path) -> dict[str, Any]:
     tree = load_checkpoint(logdir / CHECKPOINT)
     agent.load_state_tree(tree, f"checkpoint {logdir / CHECKPOINT}")
     return tree["progress"]
+
+
+def data_record(data: Path) -> dict[str, Any]:
+    """What ``<logdir>/offline.json`` records of the folder of chunk files ``data`` an offline run
+    trains on: its absolute path, and what recognises the same episodes without reading them —
+    the number of chunk files, their rows, and a sha256 over their names and byte sizes. A chunk's
+    name carries its stream, index and row count, and a dataset's stream ids are fixed by its env,
+    seed and split (:mod:`wmzoo.data.dataset`), so a copy or a move of the same data matches and
+    a regenerated, grown or different dataset does not; listing the folder costs one ``stat`` a
+    file, at any dataset size."""
+    files = sorted((path.name, path.stat().st_size) for path in data.iterdir() if ChunkName.parse(path.name))
+    listing = "".join(f"{name} {size}\n" for name, size in files)
+    return {
+        "data": str(data.resolve()), "files": len(files),
+        "rows": sum(ChunkName.parse(name).rows for name, _ in files),  # type: ignore[union-attr]
+        "sha256": hashlib.sha256(listing.encode()).hexdigest(),
+    }
+
+
+def recorded_data(logdir: Path) -> dict[str, Any] | None:
+    """The ``offline.json`` of the run in ``logdir`` (``None``: an online run); one line when corrupt."""
+    path = logdir / OFFLINE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not {"data", "files", "rows", "sha256"} <= set(record):
+            raise ValueError("expected the fields data, files, rows and sha256")
+    except (ValueError, TypeError) as exc:
+        raise WmzooError(f"{path}: not a valid {OFFLINE} ({type(exc).__name__}: {exc}); start a new run") from None
+    return record
+
+
+def check_same_data(logdir: Path, record: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """One line when the chunk files ``data`` (a :func:`data_record`) are not those ``record``
+    says the run in ``logdir`` trained on."""
+    if data["sha256"] != record["sha256"]:
+        raise WmzooError(
+            f"the data in {data['data']} ({data['files']} chunk files, {data['rows']} rows) is not what the run "
+            f"in {logdir} trained on ({record['data']}: {record['files']} chunk files, {record['rows']} rows; "
+            "file names and sizes compared); resume with that data, or start a new run"
+        )
 
 
 def data_env_info(data: Path, run: RunSpec) -> EnvInfo:
