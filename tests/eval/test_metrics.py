@@ -185,3 +185,42 @@ def test_aggregate_cli(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert main(["aggregate", str(tmp_path / "bad.json")]) == 2
     assert "not a wmzoo eval JSON" in capsys.readouterr().err
+
+
+def test_probability_of_improvement_is_the_mann_whitney_fraction_per_game():
+    # Catches: ties counted as wins (or losses), averaging over all pairs of all games instead of
+    # per game, x and y swapped.
+    from wmzoo.eval.metrics import probability_of_improvement
+
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    y = np.array([[2.0, 2.0], [0.0, 5.0]])
+    # game 0: x in {1, 3} vs y in {2, 0}: 3 of 4 pairs; game 1: {2, 4} vs {2, 5}: a tie and a win
+    p = probability_of_improvement(x, y, reps=2000, seed=1)
+    assert p.estimate == pytest.approx((3 / 4 + 1.5 / 4) / 2)
+    assert probability_of_improvement(y, x, reps=10).estimate == pytest.approx(1 - p.estimate)
+    assert 0 <= p.low <= p.estimate <= p.high <= 1
+    assert probability_of_improvement(x, y, reps=2000, seed=1) == p  # seeded
+    with pytest.raises(WmzooError, match="same games"):
+        probability_of_improvement(x, y[:, :1])
+
+
+def test_performance_profile_counts_scores_strictly_above_tau():
+    # Catches: >= instead of > (a run at tau counted as above it), one game's runs only.
+    from wmzoo.eval.metrics import performance_profile
+
+    scores = np.array([[0.0, 1.0], [2.0, 3.0]])
+    fraction, low, high = performance_profile(scores, [-1.0, 1.0, 3.0], reps=500)
+    assert fraction.tolist() == [1.0, 0.5, 0.0]
+    assert (low <= fraction).all() and (fraction <= high).all()
+
+
+def test_mean_ci_over_seeds_is_the_student_t_interval():
+    # Catches: the normal quantile (1.96) instead of t with n-1 dof, the population s.d., a NaN
+    # seed counted as a value.
+    from wmzoo.eval.metrics import mean_ci_over_seeds
+
+    mean, low, high = mean_ci_over_seeds(np.array([[1.0, 5.0], [3.0, np.nan], [5.0, np.nan]]))
+    assert mean.tolist() == [3.0, 5.0]
+    half = 4.303 * 2.0 / np.sqrt(3)  # s.d. of 1, 3, 5 is 2; t(2) = 4.303
+    assert low[0] == pytest.approx(3 - half) and high[0] == pytest.approx(3 + half)
+    assert low[1] == high[1] == 5.0  # one seed: no interval

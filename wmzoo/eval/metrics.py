@@ -224,3 +224,75 @@ def format_aggregate(groups: list[dict[str, Any]]) -> str:
         rows.append(f"{g['group']:<24}{score:<8}{g['runs']:>5}{len(g['games']):>6}  "
                     + "".join(f"{c:<24}" for c in cells).rstrip())
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+"""Two-sided 95 % quantiles of Student's t with 1..30 degrees of freedom (1.96 beyond)."""
+
+
+def mean_ci_over_seeds(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds and its 95 % Student-t interval, per point: ``values`` ``[seeds, points]``
+    (NaN where a seed lacks a point, which then counts the seeds it has). One seed: the interval
+    is the mean itself."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or 0 in values.shape:
+        raise WmzooError(f"learning curves need a non-empty [seeds, points] matrix, got shape {values.shape}")
+    n = (~np.isnan(values)).sum(axis=0)
+    if (n == 0).any():
+        raise WmzooError("every point of a learning curve needs at least one seed's value")
+    mean = np.nanmean(values, axis=0)
+    sd = np.sqrt(np.nansum((values - mean) ** 2, axis=0) / np.maximum(n - 1, 1))
+    t = np.array([T_95[k - 2] if 2 <= k <= len(T_95) + 1 else (1.96 if k > 1 else 0.0) for k in n])
+    half = t * sd / np.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) per replicate: ``x`` ``[..., runs_x, games]``, ``y`` ``[..., runs_y, games]``."""
+    greater = (x[..., :, None, :] > y[..., None, :, :]).mean(axis=(-3, -2))
+    ties = (x[..., :, None, :] == y[..., None, :, :]).mean(axis=(-3, -2))
+    return (greater + 0.5 * ties).mean(axis=-1)
+
+
+def probability_of_improvement(
+    x: np.ndarray, y: np.ndarray, reps: int = 50_000, confidence: float = 0.95, seed: int = 0, block: int = 2_000
+) -> Interval:
+    """P(X > Y) of Agarwal et al. (2021, section 4.3; rliable's ``probability_of_improvement``):
+    per game, the normalised Mann-Whitney U statistic (the fraction of run pairs where X's score
+    is above Y's, ties counting 1/2), averaged over games; ``x`` ``[runs_x, games]`` and ``y``
+    ``[runs_y, games]`` on the same games. The interval resamples, per game, X's and Y's runs
+    independently with replacement (stratified bootstrap, percentile interval)."""
+    x, y = _matrix(x), _matrix(y)
+    if x.shape[1] != y.shape[1]:
+        raise WmzooError(f"probability of improvement needs the same games: {x.shape[1]} vs {y.shape[1]}")
+    rng = np.random.default_rng(seed)
+    stats = []
+    for start in range(0, reps, block):
+        n = min(block, reps - start)
+        xs = np.take_along_axis(x[None], stratified_bootstrap_indices(x.shape[0], x.shape[1], n, rng), axis=1)
+        ys = np.take_along_axis(y[None], stratified_bootstrap_indices(y.shape[0], y.shape[1], n, rng), axis=1)
+        stats.append(_improvement(xs, ys))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(np.concatenate(stats), [tail, 100 - tail])
+    return Interval(float(_improvement(x, y)), float(low), float(high))
+
+
+def performance_profile(
+    scores: np.ndarray, taus: Sequence[float], reps: int = 50_000, confidence: float = 0.95, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Score distribution of Agarwal et al. (2021, section 4.2; rliable's run-score
+    distribution): per ``tau``, the fraction of all ``runs x games`` scores above ``tau``, with a
+    stratified bootstrap percentile interval; returns ``(fraction, low, high)`` over ``taus``."""
+    scores = _matrix(scores)
+    taus = np.asarray(taus, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = stratified_bootstrap_indices(scores.shape[0], scores.shape[1], reps, rng)
+    resampled = np.take_along_axis(scores[None], idx, axis=1).reshape(reps, -1)  # [reps, runs*games]
+    replicates = (resampled[:, :, None] > taus).mean(axis=1)  # [reps, taus]
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail], axis=0)
+    return (scores.ravel()[:, None] > taus).mean(axis=0), low, high

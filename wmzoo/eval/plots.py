@@ -1,49 +1,172 @@
-"""Figures of evaluation results as PNG files, drawn with PIL alone (matplotlib is not a
-dependency): the memory metrics' curves (:func:`wmzoo.eval.memory.evaluate_memory`)."""
+"""Figures of evaluation results as PNG/GIF files, drawn with PIL alone (matplotlib is not a
+dependency): the memory metrics' curves (:func:`wmzoo.eval.memory.evaluate_memory`) and the
+study report's learning curves, performance profiles, interval charts and imagination grids
+(:mod:`wmzoo.study.report`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from wmzoo.atomic import atomic_path
+from wmzoo.errors import WmzooError
+
+COLOURS = [(30, 90, 200), (220, 80, 30), (40, 160, 60), (150, 60, 180), (200, 160, 20), (20, 170, 180),
+           (120, 120, 120), (230, 40, 140)]
+Series = tuple[Sequence[float], Sequence[float], Sequence[float] | None, Sequence[float] | None]
+
+
+class _Axes:
+    """A plotting area with ticks on both axes; ``px(x, y)`` maps data to pixels."""
+
+    def __init__(self, draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], xs: np.ndarray, ys: np.ndarray,
+                 xlabel: str, ylabel: str, y_from_zero: bool = False) -> None:
+        self.left, self.top, self.right, self.bottom = box
+        finite_x, finite_y = xs[np.isfinite(xs)], ys[np.isfinite(ys)]
+        self.x0 = float(finite_x.min()) if finite_x.size else 0.0
+        self.x1 = float(finite_x.max()) if finite_x.size else 1.0
+        self.y0 = float(finite_y.min()) if finite_y.size else 0.0
+        self.y1 = float(finite_y.max()) if finite_y.size else 1.0
+        if y_from_zero:
+            self.y0 = min(self.y0, 0.0)
+        if self.x1 <= self.x0:
+            self.x1 = self.x0 + 1
+        if self.y1 <= self.y0:
+            self.y1 = self.y0 + (abs(self.y0) or 1.0)
+        draw.line([(self.left, self.top), (self.left, self.bottom), (self.right, self.bottom)], fill="black")
+        for i in range(5):
+            vy = self.y0 + (self.y1 - self.y0) * i / 4
+            _, py = self.px(self.x0, vy)
+            draw.line([(self.left - 4, py), (self.left, py)], fill="black")
+            draw.text((5, py - 6), f"{vy:.3g}", fill="black")
+            vx = self.x0 + (self.x1 - self.x0) * i / 4
+            px, _ = self.px(vx, self.y0)
+            draw.line([(px, self.bottom), (px, self.bottom + 4)], fill="black")
+            draw.text((px - 10, self.bottom + 8), f"{vx:.4g}", fill="black")
+        width, height = draw.im.size
+        draw.text(((self.left + self.right) // 2 - 60, height - 22), xlabel, fill="black")
+        draw.text((self.left + 5, 2), ylabel, fill="black")
+
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        return (self.left + (x - self.x0) / (self.x1 - self.x0) * (self.right - self.left),
+                self.bottom - (y - self.y0) / (self.y1 - self.y0) * (self.bottom - self.top))
+
+
+def _save(image: Image.Image, path: str | Path) -> Path:
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG")
+    return path
 
 
 def line_plot(path: str | Path, x: Sequence[float], y: Sequence[float], xlabel: str, ylabel: str,
               width: int = 640, height: int = 400) -> Path:
-    """A line chart as a PNG (PIL only; matplotlib is not a dependency), written atomically."""
-    path = Path(path)
+    """A line chart as a PNG (its y axis from 0 when the values are positive), written atomically."""
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
-    left, right, top, bottom = 70, width - 20, 20, height - 50
     xs, ys = np.asarray(x, float), np.asarray(y, float)
-    finite = ys[np.isfinite(ys)]
-    y_max = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-    x_min, x_max = float(xs.min()), float(xs.max()) if xs.max() > xs.min() else float(xs.min()) + 1
-
-    def to_px(a: float, b: float) -> tuple[float, float]:
-        return (left + (a - x_min) / (x_max - x_min) * (right - left), bottom - b / y_max * (bottom - top))
-
-    draw.line([(left, top), (left, bottom), (right, bottom)], fill="black")
-    for i in range(5):
-        value = y_max * i / 4
-        _, py = to_px(x_min, value)
-        draw.line([(left - 4, py), (left, py)], fill="black")
-        draw.text((5, py - 6), f"{value:.3g}", fill="black")
-        vx = x_min + (x_max - x_min) * i / 4
-        px, _ = to_px(vx, 0)
-        draw.line([(px, bottom), (px, bottom + 4)], fill="black")
-        draw.text((px - 10, bottom + 8), f"{vx:.4g}", fill="black")
-    points = [to_px(a, b) for a, b in zip(xs, ys) if np.isfinite(b)]
+    axes = _Axes(draw, (70, 20, width - 20, height - 50), xs, ys, xlabel, ylabel, y_from_zero=True)
+    points = [axes.px(a, b) for a, b in zip(xs, ys) if np.isfinite(b)]
     if len(points) > 1:
-        draw.line(points, fill=(30, 90, 200), width=2)
+        draw.line(points, fill=COLOURS[0], width=2)
     for px, py in points if len(points) <= 40 else []:
-        draw.ellipse([px - 2, py - 2, px + 2, py + 2], fill=(30, 90, 200))
-    draw.text(((left + right) // 2 - 60, height - 22), xlabel, fill="black")
-    draw.text((left + 5, 2), ylabel, fill="black")
+        draw.ellipse([px - 2, py - 2, px + 2, py + 2], fill=COLOURS[0])
+    return _save(image, path)
+
+
+def curves_plot(path: str | Path, series: Mapping[str, Series], xlabel: str, ylabel: str,
+                title: str | None = None, width: int = 720, height: int = 440) -> Path:
+    """Labelled lines on one axis, each ``label -> (x, mean, low, high)`` with a shaded band
+    between ``low`` and ``high`` (``None``: no band); a legend at the right."""
+    if not series:
+        raise WmzooError("a curves plot needs at least one series")
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image, "RGBA")
+    every_x = np.concatenate([np.asarray(s[0], float) for s in series.values()])
+    every_y = np.concatenate([np.asarray(v, float) for s in series.values() for v in s[1:] if v is not None])
+    legend = 170
+    axes = _Axes(draw, (70, 30, width - 20 - legend, height - 50), every_x, every_y, xlabel, ylabel)
+    if title:
+        draw.text((width // 2 - 4 * len(title), 14), title, fill="black")
+    for k, (label, (x, mean, low, high)) in enumerate(series.items()):
+        colour = COLOURS[k % len(COLOURS)]
+        xs = np.asarray(x, float)
+        if low is not None and high is not None and len(xs) > 1:
+            upper = [axes.px(a, b) for a, b in zip(xs, np.asarray(high, float))]
+            lower = [axes.px(a, b) for a, b in zip(xs, np.asarray(low, float))]
+            draw.polygon(upper + lower[::-1], fill=(*colour, 60))
+        points = [axes.px(a, b) for a, b in zip(xs, np.asarray(mean, float)) if np.isfinite(b)]
+        if len(points) > 1:
+            draw.line(points, fill=colour, width=2)
+        for px, py in points if len(points) <= 40 else []:
+            draw.ellipse([px - 2, py - 2, px + 2, py + 2], fill=colour)
+        ly = 34 + 18 * k
+        draw.line([(width - legend, ly + 6), (width - legend + 20, ly + 6)], fill=colour, width=3)
+        draw.text((width - legend + 26, ly), label, fill="black")
+    return _save(image, path)
+
+
+def profile_plot(path: str | Path, taus: Sequence[float], profiles: Mapping[str, tuple[Sequence[float], ...]],
+                 xlabel: str = "score tau", ylabel: str = "fraction of runs > tau") -> Path:
+    """Performance profiles (Agarwal et al. 2021): ``label -> (fraction, low, high)`` over ``taus``."""
+    return curves_plot(path, {label: (taus, *p) for label, p in profiles.items()}, xlabel, ylabel)  # type: ignore[misc]
+
+
+def interval_plot(path: str | Path, rows: Sequence[tuple[str, float, float, float]], xlabel: str,
+                  width: int = 640) -> Path:
+    """One row per label: a dot at the estimate and a whisker from low to high."""
+    if not rows:
+        raise WmzooError("an interval plot needs at least one row")
+    height = 70 + 30 * len(rows)
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    values = np.array([v for r in rows for v in r[1:]], float)
+    left = 20 + 7 * max(len(r[0]) for r in rows)
+    axes = _Axes(draw, (left, 10, width - 20, height - 50), values, np.array([0.0, len(rows)]), xlabel, "")
+    for k, (label, estimate, low, high) in enumerate(rows):
+        colour = COLOURS[k % len(COLOURS)]
+        y = axes.px(0, len(rows) - k - 0.5)[1]
+        draw.text((8, y - 6), label, fill="black")
+        draw.line([(axes.px(low, 0)[0], y), (axes.px(high, 0)[0], y)], fill=colour, width=3)
+        x = axes.px(estimate, 0)[0]
+        draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill=colour)
+    return _save(image, path)
+
+
+def grid_animation(path: str | Path, rows: Sequence[tuple[str, np.ndarray]], fps: int = 8,
+                   min_side: int = 64) -> Path:
+    """Frames of several sources side by side in time: ``rows`` of ``(label, uint8 [T, H, W, 3])``
+    of equal shapes, one row each with its label at the left (the first row: the real frames).
+    ``.gif``: an animation; ``.png``: every frame of every row in one image. Small frames are
+    upscaled to at least ``min_side`` pixels."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".gif", ".png"):
+        raise WmzooError(f"{path}: an imagination grid is a .gif or a .png")
+    if not rows or len({r[1].shape for r in rows}) != 1 or rows[0][1].ndim != 4:
+        raise WmzooError("an imagination grid needs rows of frames of one shape [T, H, W, 3]")
+    T, H, W, _ = rows[0][1].shape
+    scale = max(1, -(-min_side // H))
+    h, w, label_w = H * scale, W * scale, 10 + 7 * max(len(r[0]) for r in rows)
+
+    def canvas(columns: Sequence[int]) -> Image.Image:
+        image = Image.new("RGB", (label_w + len(columns) * (w + 2), len(rows) * (h + 2)), "white")
+        draw = ImageDraw.Draw(image)
+        for i, (label, frames) in enumerate(rows):
+            draw.text((4, i * (h + 2) + h // 2 - 6), label, fill="black")
+            for j, t in enumerate(columns):
+                tile = Image.fromarray(frames[t].repeat(scale, 0).repeat(scale, 1))
+                image.paste(tile, (label_w + j * (w + 2), i * (h + 2)))
+        return image
+
     with atomic_path(path) as tmp:
-        image.save(tmp, format="PNG")
+        if suffix == ".gif":
+            images = [canvas([t]) for t in range(T)]
+            images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
+                           duration=int(1000 / fps), loop=0)
+        else:
+            canvas(list(range(T))).save(tmp, format="PNG")
     return path
