@@ -34,7 +34,7 @@ STUDY = {
 
 
 def _study_process(spec: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "wmzoo", "study", "run", str(spec), "--out", str(out),
+    return subprocess.Popen([sys.executable, "-m", "wmzoo.cli", "study", "run", str(spec), "--out", str(out),
                              "--no-progress", "--no-report"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

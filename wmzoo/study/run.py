@@ -11,7 +11,7 @@ Layout of ``--out DIR``::
         eval/imagination.json            offline: ``wmzoo evaluate --protocol imagination``
         cell.json                        the study's record: state, commands, error, seconds
 
-A cell runs as ``python -m wmzoo`` subprocesses (``run`` or ``run --resume``, then ``eval`` or
+A cell runs as ``python -m wmzoo.cli`` subprocesses (``run`` or ``run --resume``, then ``eval`` or
 ``evaluate``), so it is exactly what a user would type and a crash stays in its cell. Its state
 is read from its files: ``cell.json`` says ``done`` (skipped on a re-run) or ``trained`` (only the
 evaluation is left); a checkpoint without either means the cell was interrupted, and it resumes
@@ -275,7 +275,7 @@ def _wmzoo(args: list[str], record: dict[str, Any], threads: int) -> None:
     record["commands"].append("wmzoo " + " ".join(args))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     proc = subprocess.run(
-        [sys.executable, "-m", "wmzoo", *args], env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "wmzoo.cli", *args], env=env, capture_output=True, text=True,
         preexec_fn=_die_with_parent,
     )
     if proc.returncode != 0:
