@@ -142,3 +142,11 @@ def test_a_backbone_without_a_knob_runs_at_its_preset(monkeypatch):
 def test_unreachable_budget_is_one_line():
     with pytest.raises(WmzooError, match="cannot reach it"):
         match_width("rssm", "tiny", "minigrid-empty-5x5", {"train.image_size": 16}, 10**13)
+
+
+def test_the_examples_study_is_valid_and_parameter_matched():
+    # Catches: examples/study.yaml drifting from the spec (a renamed field, a removed env).
+    from wmzoo.study.spec import load_study
+
+    study = load_study(Path(__file__).resolve().parents[2] / "examples" / "study.yaml")
+    assert study.budget.offline and study.params == 400_000 and len(study.labels()) == 5
