@@ -142,3 +142,24 @@ def test_submitit_executor_runs_cells(tmp_path: Path):
     assert [r["state"] for r in records] == ["done"], records
     assert (out / "submitit").is_dir()
     assert json.loads((out / "cells/rssm-tiny/minigrid-empty-5x5/seed-0/eval/imagination.json").read_text())["gen_mse"] > 0
+
+
+def test_an_online_study_scores_cells_by_their_eval_json(tmp_path: Path):
+    # Catches: online cells scored from the wrong file or key, greedy/temperature not passed to
+    # `wmzoo eval`, learning curves not read from the runs' TensorBoard returns.
+    study = {"name": "online", "backbones": ["rssm"], "envs": ["minigrid-empty-5x5"], "seeds": 2,
+             "budget": {"steps": 160}, "eval": {"episodes": 2, "max_steps": 30, "temperature": 0.5},
+             "set": {"train.image_size": 16, "train.prefill": 60, "train.log_every": 40,
+                     "model.batch_size": 2, "model.seq_len": 8, "train.train_ratio": 4}}
+    out = tmp_path / "out"
+    records = run_study(study_from_dict(study), study, out, jobs=2, show_progress=False, log=lambda _: None)
+    assert [r["state"] for r in records] == ["done", "done"], [r.get("error") for r in records]
+    assert all("--temperature 0.5" in r["commands"][-1] for r in records)
+    report = build_report(out, reps=100, bench=False)
+    evals = [json.loads((out / c.path / "eval.json").read_text()) for c in cells_of(out)]
+    assert report["score"] == "mean_return" and report["higher_is_better"]
+    assert report["per_env"]["minigrid-empty-5x5"]["rssm:tiny"]["mean"] == pytest.approx(
+        np.mean([e["mean_return"] for e in evals]))
+    assert all(e["temperature"] == 0.5 and e["sample"] for e in evals)
+    curve = report["curves"]["minigrid-empty-5x5"]["rssm:tiny"]
+    assert curve["seeds"] == 2 and curve["x"] and max(curve["x"]) <= 160
