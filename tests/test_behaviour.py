@@ -17,6 +17,7 @@ from wmzoo.testing import SIGN_ENV, check_reward_sign
 # Any other registered backbone gets the default below at its tiny preset.
 SCHEDULES: dict[str, tuple[int, dict[str, Any]]] = {
     "iris": (200, {}),
+    "delta-iris": (200, {}),
     "rem": (200, {}),
     "rssm": (800, {"optim": {"lr": 1e-3}}),
     "s4wm": (800, {"optim": {"lr": 1e-3}}),

@@ -105,7 +105,7 @@ def test_unknown_names_suggest_close_matches():
         r.backbone("rsm")
     with pytest.raises(UnknownNameError, match=r"did you mean: .*crafter"):
         r.env("crafterr")
-    with pytest.raises(UnknownNameError, match="known: dreamer"):
+    with pytest.raises(UnknownNameError, match="known: delta-iris-ac, dreamer, iris-ac"):
         r.policy("zzzzzz")
 
 
@@ -310,7 +310,7 @@ def test_a_malformed_entry_with_a_taken_name_is_listed_by_its_plugin():
 def test_every_bundled_entry_is_valid():
     # Catches: the validator rejecting a real plugin's entry (a false positive makes rssm unavailable).
     assert reg.default_registry().failures == []
-    assert {"rssm", "s4wm", "tssm-xl", "rem", "iris"} <= set(reg.list_backbones())
+    assert {"rssm", "s4wm", "tssm-xl", "rem", "iris", "delta-iris"} <= set(reg.list_backbones())
 
 
 # --------------------------------------------------------------------------- hook names

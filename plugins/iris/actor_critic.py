@@ -28,8 +28,7 @@ from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import ReinforceActorCritic
-from wmzoo.errors import SpecError
+from wmzoo.agents.returns import ReinforceActorCritic, check_frame_policy
 from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory
 from wmzoo.specs import OptimSpec, PolicySpec
 
@@ -58,16 +57,7 @@ class IrisActorCritic(ReinforceActorCritic):
 
     def __init__(self, spec: IrisActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
-        if not env.discrete:
-            raise SpecError(f"policy 'iris-ac' needs discrete actions; env {env.name!r} is continuous")
-        if len(feature_shape) != 3:
-            raise SpecError(
-                f"policy 'iris-ac' reads images [C, H, W], but the backbone's features have shape "
-                f"{tuple(feature_shape)}; use it with a backbone whose features are frames (iris)"
-            )
-        c, h, w = feature_shape
-        if h % 2 ** len(spec.channels) or w % 2 ** len(spec.channels):
-            raise SpecError(f"policy 'iris-ac': image {h}x{w} does not divide by 2**{len(spec.channels)} (max-pools)")
+        c, h, w = check_frame_policy("iris-ac", feature_shape, env, 2 ** len(spec.channels))
         self.spec, self.env = spec, env
         layers: list[nn.Module] = []
         for out in spec.channels:

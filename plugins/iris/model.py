@@ -49,7 +49,7 @@ from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import Batch, BurnIn, EnvInfo, State, Step, TrainOutput, WorldModel
 from wmzoo.nn.heads import EndHead, SignRewardHead, TokenHead, reward_cont_targets, sample_class, start_conts
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
-from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
+from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights, restart_positions
 from wmzoo.optim import decay_linear_weights_only
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
@@ -178,9 +178,7 @@ class IrisWorldModel(WorldModel):
         starts = torch.zeros(B, T, K + 1, dtype=torch.bool, device=x.device)
         starts[:, :, 0] = is_first
         starts = starts.flatten(1)
-        index = torch.arange(T * (K + 1), device=x.device).expand(B, -1)
-        position = index - torch.where(starts, index, 0).cummax(1).values
-        out = self.transformer(x + self.pos_emb(position), starts=starts)
+        out = self.transformer(x + self.pos_emb(restart_positions(starts)), starts=starts)
         return out.reshape(B, T, K + 1, -1)
 
     # -- training -------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.interfaces import Policy, State, Trajectory
+from wmzoo.errors import SpecError
+from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec
 
@@ -91,6 +92,23 @@ def reinforce_losses(
         "value_mean": values[:-1].mean().item(),
     }
     return actor - entropy * bonus + critic, metrics
+
+
+def check_frame_policy(name: str, feature_shape: tuple[int, ...], env: EnvInfo, factor: int) -> tuple[int, int, int]:
+    """The build checks of an actor-critic that reads frames with a CNN halving them to ``1 /
+    factor`` (IRIS's, Δ-IRIS's): discrete actions, ``[C, H, W]`` features, sides divisible by
+    ``factor``. Returns ``(C, H, W)``; a :class:`SpecError` naming the policy otherwise."""
+    if not env.discrete:
+        raise SpecError(f"policy {name!r} needs discrete actions; env {env.name!r} is continuous")
+    if len(feature_shape) != 3:
+        raise SpecError(
+            f"policy {name!r} reads frames [C, H, W], but the backbone's features have shape "
+            f"{tuple(feature_shape)}; use it with a backbone whose features are frames (iris, delta-iris)"
+        )
+    c, h, w = feature_shape
+    if h % factor or w % factor:
+        raise SpecError(f"policy {name!r}: frames {h}x{w} do not divide by {factor}, its CNN's downsampling")
+    return c, h, w
 
 
 class ReinforceActorCritic(Policy):

@@ -13,7 +13,7 @@ A plugin imports what it builds from here (``from wmzoo.nn import ConvEncoder, T
   :class:`KVCache` and episode masks, :func:`init_gpt_weights`); a RetNet (:class:`RetNet`, :class:`RetNetSpec`: parallel, recurrent
   and chunkwise retention);
 - heads and targets: :class:`RewardContinueHeads` (two-hot reward, continue); the token models'
-  :class:`TokenHead`, :class:`SignRewardHead` (3 sign classes) and :class:`EndHead` (2 classes)
+  :class:`TokenHead`, :class:`SignRewardHead` (3 sign classes), :class:`TwoHotRewardHead` (Δ-IRIS's Crafter reward) and :class:`EndHead` (2 classes)
   with :func:`sample_class`; :func:`encode_action`,
   :func:`reward_cont_targets`, :func:`start_conts`, :func:`masked_mean`;
 - distributions and layers: :class:`TwoHot`, :func:`symlog` / :func:`symexp`,
@@ -33,6 +33,7 @@ from wmzoo.nn.heads import (
     RewardContinueHeads,
     SignRewardHead,
     TokenHead,
+    TwoHotRewardHead,
     encode_action,
     masked_mean,
     reward_cont_targets,
@@ -45,13 +46,14 @@ from wmzoo.nn.quantizer import CosineEMAQuantizer, Quantized, VectorQuantizer
 from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.specs import LatentWorldModelSpec
 from wmzoo.nn.tokenizer import Tokenizer, TokenizerSpec, next_token_accuracy
-from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights
+from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights, restart_positions
 from wmzoo.nn.world_model import LatentWorldModel, latent_objective
 
 __all__ = [
     "sample_class",
     "TokenHead",
     "SignRewardHead",
+    "TwoHotRewardHead",
     "EndHead",
     "MLP",
     "CategoricalLatent",
@@ -75,6 +77,7 @@ __all__ = [
     "VectorQuantizer",
     "encode_action",
     "init_gpt_weights",
+    "restart_positions",
     "kl_loss",
     "latent_objective",
     "masked_mean",

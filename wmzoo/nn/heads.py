@@ -109,6 +109,28 @@ class SignRewardHead(TokenHead):
         return sample_class(self(x)).float() - 1.0
 
 
+class TwoHotRewardHead(TokenHead):
+    """The reward as a two-hot symlog distribution over 255 bins on ``[−20, 20]`` (DreamerV3's
+    :class:`~wmzoo.nn.distributions.TwoHot`; Δ-IRIS's Crafter reward head, its code
+    ``two_hot_rews``), read at the output of the action that earned it. Logits are taken in
+    float32 (under bf16 autocast too: the bins are 0.16 apart)."""
+
+    def __init__(self, dim: int, bins: int = 255) -> None:
+        super().__init__(dim, bins)
+
+    def loss(self, x: Tensor, reward: Tensor, mask: Tensor) -> Tensor:
+        """Masked mean cross-entropy of the two-hot targets of ``reward [...]``."""
+        return masked_mean(-TwoHot(self(x).float()).log_prob(reward), mask)
+
+    def expected(self, x: Tensor) -> Tensor:
+        """``symexp(Σ_i p_i b_i)``: the prediction."""
+        return TwoHot(self(x).float()).mean()
+
+    def sample(self, x: Tensor) -> Tensor:
+        """The prediction: Δ-IRIS imagines the expected (not a sampled) two-hot reward."""
+        return self.expected(x)
+
+
 class EndHead(TokenHead):
     """Whether a transition ends the episode, as 2 classes (IRIS and REM's code: class 1 is an
     end), read at the action's output."""

@@ -97,6 +97,17 @@ def episode_index(starts: Tensor, first: Tensor | int = 0) -> Tensor:
     return starts.long().cumsum(1) + (first if isinstance(first, int) else first[:, None])
 
 
+def restart_positions(starts: Tensor, first: Tensor | int = 0) -> Tensor:
+    """``[B, n]`` absolute position of each token when positions count from 0 again at every
+    episode start (``starts [B, n]`` bool), so a token sees the same position in a training
+    window as at an imagination start; ``first`` (per row or shared) is the position of the
+    first token when it does not start an episode (a cache continuing an earlier call)."""
+    index = torch.arange(starts.shape[1], device=starts.device).expand(starts.shape[0], -1)
+    last = torch.where(starts, index, -1).cummax(1).values  # the latest start at or before each token
+    base = index + (first if isinstance(first, int) else first[:, None])
+    return torch.where(last >= 0, index - last, base)
+
+
 def attention_mask(query: Tensor, keys: Tensor) -> Tensor:
     """``[B, 1, n, m]`` bool: query ``i`` (the last ``n`` of the ``m`` keys' positions) attends to
     key ``j`` when ``j`` is not later and in the same episode (``query``/``keys``: episode indices

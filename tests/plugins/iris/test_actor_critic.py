@@ -93,7 +93,7 @@ def test_learning_fits_the_critic_on_a_fixed_trajectory() -> None:
 
 
 def test_bad_feature_shapes_and_continuous_actions_are_clear_errors() -> None:
-    with pytest.raises(WmzooError, match="images"):
+    with pytest.raises(WmzooError, match=r"reads frames \[C, H, W\]"):
         IrisActorCritic(SPEC, (128,), ENV)
     with pytest.raises(WmzooError, match="discrete"):
         IrisActorCritic(SPEC, ENV.obs_shape, EnvInfo(name="c", obs_shape=(3, 32, 32), num_actions=2, discrete=False))

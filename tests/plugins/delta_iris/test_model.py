@@ -1,0 +1,200 @@
+"""Δ-IRIS world model (wmzoo_plugins.delta_iris.model): the parallel training forward = the cached
+filtering and teacher-forced imagination (with I-tokens and episode masks), K calls per imagined
+step, the loss targets by hand, the presets against the official configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wmzoo.bench.harness import synthetic_batch
+from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.nn.distributions import TwoHot
+from wmzoo_plugins.delta_iris import PRESETS, DeltaIrisSpec, DeltaIrisWorldModel
+
+ENV = EnvInfo(name="t", obs_shape=(3, 16, 16), num_actions=3)
+
+
+def _model(i_tokens: bool = True, max_blocks: int = 6, seed: int = 0, **kw) -> DeltaIrisWorldModel:
+    torch.manual_seed(seed)
+    tiny = PRESETS["tiny"].model_dump()
+    tiny.update(seq_len=4, max_blocks=max_blocks, i_tokens=i_tokens, **kw)
+    tiny["tokenizer"]["codebook_size"] = 16
+    return DeltaIrisWorldModel(DeltaIrisSpec.model_validate(tiny), ENV).eval()
+
+
+def _batch(B: int, T: int, seed: int, boundary: int | None = None) -> Batch:
+    batch = synthetic_batch(ENV, B, T, torch.device("cpu"))
+    g = torch.Generator().manual_seed(seed)
+    batch.obs = torch.randint(0, 256, batch.obs.shape, generator=g, dtype=torch.uint8)
+    batch.action = torch.randint(ENV.num_actions, (B, T), generator=g)
+    batch.is_first = torch.zeros(B, T, dtype=torch.bool)
+    batch.is_first[:, 0] = True
+    if boundary is not None:
+        batch.is_first[0, boundary] = True
+    return batch
+
+
+def _train_forward(wm: DeltaIrisWorldModel, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = wm.encode_transitions(batch)
+    T = batch.shape[1] - 1
+    with torch.no_grad():
+        out = wm._forward(wm._blocks(batch.obs[:, :T], batch.action[:, :T], tokens), batch.is_first[:, :T])
+    return out, tokens
+
+
+@given(
+    i_tokens=st.booleans(), T=st.integers(2, 5), boundary=st.one_of(st.none(), st.integers(1, 4)),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=12, deadline=None)
+def test_cached_filtering_and_teacher_forced_imagination_equal_the_training_forward(
+    i_tokens: bool, T: int, boundary: int | None, seed: int
+) -> None:
+    # For every step t of a batch (an episode start inside row 0 when `boundary`): the state after
+    # x_0..x_t — G burnt in on the prefix in one call (observe) or filtered step by step
+    # (observe_step, the KV cache) — then a_t and the true Δ-tokens z_{t+1} fed one call at a
+    # time (imagination's K calls) give G's training outputs at a_t (reward, end, z¹) and z^k
+    # (z^{k+1}). Catches: the cache or positions off by one, an episode mask missing (cached or
+    # not), the I-token of the wrong frame, a_t and z in another order, a pending token dropped.
+    if boundary is not None and boundary >= T:
+        boundary = T - 1
+    wm = _model(i_tokens=i_tokens, seed=seed)
+    batch = _batch(2, T, seed, boundary)
+    out, tokens = _train_forward(wm, batch)
+    a, K = wm.a_pos, wm.K
+    with torch.no_grad():
+        stepped = wm.observe_step(wm.initial_state(2), batch.obs[:, 0], torch.zeros(2, dtype=torch.long),
+                                  batch.is_first[:, 0])
+        for t in range(T - 1):
+            if t:
+                stepped = wm.observe_step(stepped, batch.obs[:, t], batch.action[:, t - 1], batch.is_first[:, t])
+            burnt = wm.observe(batch.slice(0, t + 1))
+            for state in (burnt, stepped):
+                _, action_out, logits, chosen = wm._predict(state, batch.action[:, t], tokens[:, t])
+                torch.testing.assert_close(action_out, out[:, t, a], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(logits, wm.head_latents(out[:, t, a : a + K]), atol=1e-5, rtol=1e-5)
+                assert torch.equal(chosen, tokens[:, t])
+
+
+@pytest.mark.parametrize("boundary", [1, 2, 3])
+def test_a_new_episode_sees_nothing_of_the_previous_one(boundary: int) -> None:
+    # Catches: G attending across an episode start (mask missing or on the wrong token of the
+    # block) or positions that keep counting across it.
+    wm = _model()
+    batch = _batch(2, 5, seed=1, boundary=boundary)
+    out, _ = _train_forward(wm, batch)
+    alone, _ = _train_forward(wm, batch.slice(boundary, 5))
+    torch.testing.assert_close(out[0, boundary:], alone[0], atol=1e-5, rtol=1e-5)
+    other = Batch(**{k: v.clone() for k, v in vars(batch).items()})
+    other.obs[0, :boundary] = 255 - other.obs[0, :boundary]
+    other.action[0, : boundary - 1] = (other.action[0, : boundary - 1] + 1) % 3
+    changed, _ = _train_forward(wm, other)
+    torch.testing.assert_close(changed[0, boundary:], out[0, boundary:], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(changed[0, : boundary - 1], out[0, : boundary - 1]) or boundary == 1
+
+
+@pytest.mark.parametrize("i_tokens", [True, False])
+def test_k_transformer_calls_per_imagined_step_and_a_reset_on_overflow(i_tokens: bool) -> None:
+    wm = _model(i_tokens=i_tokens, max_blocks=4)
+    calls: list[int] = []
+    wm.transformer.register_forward_hook(lambda _m, args, _o: calls.append(args[0].shape[1]))
+    state = wm.observe(_batch(3, 3, seed=2))  # [e(x_0), a_0, z_1, e(x_1), a_1, z_2, e(x_2)]: one call
+    assert calls == [2 * wm.block + int(i_tokens)]
+    lengths = []
+    for step in range(3):
+        calls.clear()
+        out = wm.imagine_step(state, torch.randint(3, (3,)))
+        state = out.state
+        assert len(calls) == wm.K, f"step {step}: {calls}"
+        lengths.append(int(state["length"][0]))
+        assert out.features.shape == (3, *ENV.obs_shape)
+        assert torch.equal(out.features * 255, (out.features * 255).round())  # decoded frames are uint8 values
+    block = wm.block
+    # step 0: a + K-1 tokens; then [z^K, e(x), a] + K-1 each; step 2 overflows 4 blocks and restarts
+    assert lengths[0] == 2 * block + int(i_tokens) + wm.K
+    assert lengths[1] == lengths[0] + block
+    assert lengths[2] == int(i_tokens) + wm.K  # the cache emptied: [e(x_t), a, z¹..z^{K-1}]
+
+
+def test_imagine_step_decodes_from_the_previous_frame_and_action() -> None:
+    # Catches: decoding with the new frame or without the action (the Δ-tokens only describe the
+    # change), the pending token or frame of the wrong step.
+    wm = _model()
+    state = wm.observe(_batch(2, 3, seed=3))
+    action = torch.tensor([1, 2])
+    step = wm.imagine_step(state, action)
+    tokens = step.state["tokens"]
+    assert torch.equal(step.state["pending"], tokens[:, -1])
+    torch.testing.assert_close(step.features, wm.tokenizer.decode(state["frame"], action, tokens))
+    assert torch.equal(wm.decode(step.state), (step.features * 255).round().to(torch.uint8))
+    assert torch.equal(wm.features(step.state), step.features)
+
+
+def test_world_model_loss_targets_by_hand() -> None:
+    # The loss equals cross-entropies computed here block by block: z¹ at a_t, z^{k+1} at z^k,
+    # reward (two-hot) and end at a_t, the transition into a new episode excluded. Catches: a
+    # target shifted by one token or one step, a reward read a step late, a sign flip, the
+    # boundary transition counted.
+    wm = _model(latents_weight=0.3, rewards_weight=0.7, ends_weight=1.3)
+    batch = _batch(2, 5, seed=4, boundary=2)
+    batch.reward = torch.tensor([[1.0, -2.0, 0.5, 3.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0]])
+    batch.terminal = torch.zeros(2, 5, dtype=torch.bool)
+    batch.terminal[1, 2] = True
+    out, tokens = _train_forward(wm, batch)
+    a, K = wm.a_pos, wm.K
+    z_terms, r_terms, d_terms = [], [], []
+    for b in range(2):
+        for t in range(4):
+            if batch.is_first[b, t + 1]:
+                continue
+            for k in range(K):
+                logit = wm.head_latents(out[b, t, a + k])
+                z_terms.append(F.cross_entropy(logit[None], tokens[b, t, k][None]))
+            r_terms.append(-TwoHot(wm.head_reward(out[b, t, a])).log_prob(batch.reward[b, t]))
+            d_terms.append(F.cross_entropy(wm.head_end(out[b, t, a])[None], batch.terminal[b, t].long()[None]))
+    assert len(r_terms) == 7
+    expected = (0.3 * torch.stack(z_terms).mean() + 0.7 * torch.stack(r_terms).mean()
+                + 1.3 * torch.stack(d_terms).mean())
+    with torch.no_grad():
+        loss, metrics = wm._world_model_loss(batch, tokens)
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    assert 0 <= metrics["world_model/token_accuracy"] <= 1
+
+
+def test_loss_returns_both_components_and_burnt_in_starts() -> None:
+    wm = _model()
+    wm.train()
+    batch = _batch(3, 4, seed=5)
+    out = wm.loss(batch)
+    assert set(out.losses) == {"tokenizer", "world_model"}
+    assert out.start["frame"].shape == (3, *ENV.obs_shape)
+    torch.testing.assert_close(out.start["frame"], batch.obs[:, -1].float() / 255)
+    assert out.burn_in is not None and out.burn_in.features.shape[1] == min(wm.spec.burn_in, 3)
+    torch.testing.assert_close(out.burn_in.features[:, -1], batch.obs[:, -2].float() / 255)
+    assert int(out.start["length"][0]) == 3 * wm.block + 1  # burn_in 3 transitions and e(x_T-1)
+
+
+def test_sign_reward_head_for_atari() -> None:
+    wm = _model(reward="sign")
+    state = wm.observe(_batch(2, 3, seed=6))
+    reward = wm.imagine_step(state, torch.tensor([0, 1])).reward
+    assert set(reward.tolist()) <= {-1.0, 0.0, 1.0}
+
+
+def test_presets_are_the_official_configs() -> None:
+    crafter, atari = PRESETS["paper"], PRESETS["paper-atari"]
+    assert (crafter.layers, crafter.heads, crafter.embed_dim, crafter.max_blocks) == (3, 8, 512, 21)
+    assert (crafter.batch_size, crafter.seq_len, crafter.burn_in, crafter.reward) == (32, 21, 5, "two-hot")
+    assert (crafter.latents_weight, crafter.rewards_weight, crafter.ends_weight) == (1.0, 1.0, 1.0)
+    assert (atari.heads, atari.embed_dim, atari.max_blocks, atari.reward) == (4, 256, 26, "sign")
+    assert (atari.latents_weight, atari.ends_weight, atari.frame_latent_dim) == (0.1, 0.1, 4)
+    crafter_env = EnvInfo(name="crafter", obs_shape=(3, 64, 64), num_actions=17)
+    wm = DeltaIrisWorldModel(crafter, crafter_env)
+    assert isinstance(wm.i_token.proj, torch.nn.Identity)  # 8 × 8 × 8 = 512: no extra map (official)
+    assert wm.block == 6 and wm.capacity == 21 * 6
+    count = sum(p.numel() for part in wm._world_model_parts() for p in part.parameters())
+    assert 9_000_000 < count < 13_000_000, count
