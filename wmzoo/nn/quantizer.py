@@ -144,6 +144,7 @@ class CosineEMAQuantizer(nn.Module):
     @torch.no_grad()
     def _update(self, z: Tensor, tokens: Tensor) -> dict[str, float]:
         """One EMA step of the codebook and the usage, then revival (see the class docstring)."""
+        z = z.to(self.codebook.dtype)  # bf16 under autocast; the codebook stays float32
         one_hot = F.one_hot(tokens, self.num_codes).to(z.dtype)  # [n, N]
         counts = one_hot.sum(0)
         means = F.normalize((one_hot.t() @ z) / counts.clamp(min=1)[:, None], dim=-1)

@@ -198,3 +198,18 @@ def test_presets_are_the_official_configs() -> None:
     assert wm.block == 6 and wm.capacity == 21 * 6
     count = sum(p.numel() for part in wm._world_model_parts() for p in part.parameters())
     assert 9_000_000 < count < 13_000_000, count
+
+
+def test_bf16_autocast_trains_and_keeps_the_codebook_float32() -> None:
+    # Catches: the EMA codebook update fed bfloat16 vectors under autocast (a dtype error, or a
+    # codebook silently rounded to bf16), a loss returned in bf16.
+    from wmzoo.optim import step_components, world_model_optimizers
+
+    wm = _model(bf16=True).train()
+    optimizers = world_model_optimizers(wm.components())
+    before = wm.tokenizer.quantizer.codebook.clone()
+    out = wm.loss(_batch(2, 4, seed=7))
+    assert all(loss.dtype == torch.float32 and torch.isfinite(loss) for loss in out.losses.values())
+    step_components(optimizers, out.losses)
+    codebook = wm.tokenizer.quantizer.codebook
+    assert codebook.dtype == torch.float32 and not torch.equal(codebook, before)
