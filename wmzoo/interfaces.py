@@ -119,6 +119,19 @@ class Batch:
         """The time window ``[start, stop)`` of every field."""
         return Batch(**{f.name: getattr(self, f.name)[:, start:stop] for f in fields(self)})
 
+    def windows(self, size: int, stride: int | None = None) -> Batch:
+        """``[B, T]`` → ``[B · n, size]``: the windows of ``size`` steps starting every ``stride``
+        (default ``size``) steps, ``n = (T − size) // stride + 1``; steps past the last whole window
+        are left out. ``stride = size − 1`` overlaps consecutive windows by one step, so every
+        transition ``t → t + 1`` falls in exactly one window."""
+        B, T = self.shape
+        stride = size if stride is None else stride
+        if not 1 <= size <= T or stride < 1:
+            raise ValueError(f"windows of {size} steps every {stride} do not fit {T} steps")
+        n = (T - size) // stride + 1
+        index = (torch.arange(n)[:, None] * stride + torch.arange(size)).to(self.reward.device)
+        return Batch(**{f.name: getattr(self, f.name)[:, index].flatten(0, 1) for f in fields(self)})
+
     def validate(self, env: EnvInfo) -> None:
         """Raise ``ValueError`` naming the first field whose dtype or shape breaks the contract."""
         B, T = self.shape

@@ -115,11 +115,6 @@ class DeltaIrisSpec(WorldModelSpec):
     def _fits(self) -> DeltaIrisSpec:
         if self.embed_dim % self.heads:
             raise ValueError(f"embed_dim {self.embed_dim} must be divisible by heads {self.heads}")
-        if self.seq_len - 1 > self.max_blocks:
-            raise ValueError(
-                f"seq_len {self.seq_len} gives {self.seq_len - 1} blocks, more than max_blocks {self.max_blocks}; "
-                "raise max_blocks or shorten seq_len"
-            )
         if sum(self.frame_cnn.down) != sum(self.tokenizer.encoder.down):
             raise ValueError("frame_cnn must halve the resolution as often as the tokenizer's encoder (sum of down)")
         return self
@@ -216,6 +211,12 @@ class DeltaIrisWorldModel(WorldModel):
 
     # -- training ---------------------------------------------------------------------------
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
+        """Both components' losses on ``batch``; sequences of more than ``max_blocks + 1`` frames
+        are cut into windows of ``max_blocks + 1`` frames overlapping by one (every transition
+        once; transitions past the last whole window are left out)."""
+        full = batch
+        if batch.shape[1] - 1 > self.spec.max_blocks:
+            batch = batch.windows(self.spec.max_blocks + 1, self.spec.max_blocks)
         device = batch.obs.device.type
         with torch.autocast(device, dtype=torch.bfloat16, enabled=self.spec.bf16):
             valid = ~batch.is_first[:, 1:]  # transitions inside one episode
@@ -223,8 +224,8 @@ class DeltaIrisWorldModel(WorldModel):
             tokens = self.encode_transitions(batch)
             wm_loss, wm_metrics = self._world_model_loss(batch, tokens)
         metrics.update(wm_metrics)
-        n = min(self.spec.burn_in, batch.shape[1] - 1)
-        start, start_cont, burn_in = self._burn(batch.slice(batch.shape[1] - 1 - n, batch.shape[1]))
+        n = min(self.spec.burn_in, full.shape[1] - 1)
+        start, start_cont, burn_in = self._burn(full.slice(full.shape[1] - 1 - n, full.shape[1]))
         return TrainOutput(
             losses={"tokenizer": tok_loss.float(), "world_model": wm_loss.float()},
             metrics=metrics, start=start, start_cont=start_cont, burn_in=burn_in,

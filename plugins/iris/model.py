@@ -104,16 +104,6 @@ class IrisSpec(WorldModelSpec):
 # --------------------------------------------------------------------------- building blocks
 
 
-def _windows(batch: Batch, size: int) -> Batch:
-    """``[B, T]`` → ``[B · (T // size), size]``: consecutive windows of ``size`` steps."""
-    B, T = batch.shape
-    n = T // size
-    if n <= 1:
-        return batch.slice(0, size)
-    cut = batch.slice(0, n * size)
-    return Batch(**{k: v.reshape(B * n, size, *v.shape[2:]) for k, v in vars(cut).items()})
-
-
 # --------------------------------------------------------------------------- world model
 
 
@@ -201,7 +191,7 @@ class IrisWorldModel(WorldModel):
     def _world_model_loss(self, batch: Batch, tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
         """IRIS's loss: CE of next obs tokens + CE of reward sign + CE of termination."""
         size = min(batch.shape[1], self.spec.max_blocks)
-        win = _windows(batch, size)
+        win = batch.windows(size)
         tokens = tokens[:, : (batch.shape[1] // size) * size].reshape(-1, size, self.K)
         out = self.sequence(tokens, win.action, win.is_first)  # [B', T, K + 1, d]
         # within a frame: outputs at z^1..z^{K-1} predict z^2..z^K

@@ -213,3 +213,18 @@ def test_bf16_autocast_trains_and_keeps_the_codebook_float32() -> None:
     step_components(optimizers, out.losses)
     codebook = wm.tokenizer.quantizer.codebook
     assert codebook.dtype == torch.float32 and not torch.equal(codebook, before)
+
+
+def test_long_sequences_train_in_windows_overlapping_by_one_frame() -> None:
+    # Catches: blocks beyond the context (positions out of range), transitions at window edges
+    # lost or counted twice: the loss of 9 frames with max_blocks 4 is the mean over the two
+    # windows of 5 frames (0-4, 4-8), each with 4 transitions.
+    wm = _model(max_blocks=4)
+    batch = _batch(1, 9, seed=8)
+    with torch.no_grad():
+        tokens = wm.encode_transitions(batch)
+        whole, _ = wm._world_model_loss(batch.windows(5, 4), torch.cat([tokens[:, :4], tokens[:, 4:]]))
+        parts = [wm._world_model_loss(batch.slice(i, i + 5), tokens[:, i : i + 4])[0] for i in (0, 4)]
+        out = wm.loss(batch)
+    torch.testing.assert_close(whole, sum(parts) / 2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.losses["world_model"], whole, atol=1e-5, rtol=1e-5)
