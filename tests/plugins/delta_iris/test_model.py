@@ -15,6 +15,8 @@ from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.nn.distributions import TwoHot
 from wmzoo_plugins.delta_iris import PRESETS, DeltaIrisSpec, DeltaIrisWorldModel
 
+from .test_tokenizer import official_encoder_count
+
 ENV = EnvInfo(name="t", obs_shape=(3, 16, 16), num_actions=3)
 
 
@@ -192,12 +194,19 @@ def test_presets_are_the_official_configs() -> None:
     assert (crafter.latents_weight, crafter.rewards_weight, crafter.ends_weight) == (1.0, 1.0, 1.0)
     assert (atari.heads, atari.embed_dim, atari.max_blocks, atari.reward) == (4, 256, 26, "sign")
     assert (atari.latents_weight, atari.ends_weight, atari.frame_latent_dim) == (0.1, 0.1, 4)
-    crafter_env = EnvInfo(name="crafter", obs_shape=(3, 64, 64), num_actions=17)
-    wm = DeltaIrisWorldModel(crafter, crafter_env)
-    assert isinstance(wm.i_token.proj, torch.nn.Identity)  # 8 × 8 × 8 = 512: no extra map (official)
-    assert wm.block == 6 and wm.capacity == 21 * 6
-    count = sum(p.numel() for part in wm._world_model_parts() for p in part.parameters())
-    assert 9_000_000 < count < 13_000_000, count
+    # Catches: architectural drift of G from the official world_model.py / transformer.py (a
+    # missing LayerNorm, head layer or embedding table, a wrong context length).
+    for spec, A, frame_latent, rewards in ((crafter, 17, 8, 255), (atari, 18, 4, 3)):
+        wm = DeltaIrisWorldModel(spec, EnvInfo(name="e", obs_shape=(3, 64, 64), num_actions=A))
+        assert isinstance(wm.i_token.proj, torch.nn.Identity)  # 8 × 8 × 8 = 512 / 4 × 8 × 8 = 256: no map
+        assert wm.block == 6 and wm.capacity == spec.max_blocks * 6
+        d = spec.embed_dim
+        layer = 2 * d + 4 * (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)
+        heads = sum(d * d + d + d * out + out for out in (1024, rewards, 2))
+        official = (official_encoder_count(3, 32, frame_latent) + 2 * d + (A + 1024 + spec.max_blocks * 6) * d
+                    + 3 * layer + 2 * d + heads)
+        count = sum(p.numel() for part in wm._world_model_parts() for p in part.parameters())
+        assert count == official, (count, official)
 
 
 def test_bf16_autocast_trains_and_keeps_the_codebook_float32() -> None:

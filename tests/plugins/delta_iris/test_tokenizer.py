@@ -170,29 +170,36 @@ def test_gradients_reach_every_trained_part_but_not_the_codebook():
     assert model.quantizer.codebook.grad is None and not model.quantizer.codebook.requires_grad
 
 
+def _conv(i: int, o: int, k: int) -> int:
+    return i * o * k * k + o
+
+
+def _res(i: int, o: int) -> int:  # GN(i), conv3, GN(o), conv3, 1×1 skip when the width changes
+    return 2 * i + _conv(i, o, 3) + 2 * o + _conv(o, o, 3) + (_conv(i, o, 1) if i != o else 0)
+
+
+_MULT, _DOWN = (1, 1, 2, 2, 4), (1, 0, 1, 1, 0)
+
+
+def official_encoder_count(c_in: int, width: int, latent: int) -> int:
+    """Parameters of the official FrameEncoder (convnet.py, the config's mult and down)."""
+    n, c = _conv(c_in, width, 3), width
+    for m, d in zip(_MULT, _DOWN):
+        n += _res(c, m * width) + (_conv(m * width, m * width, 2) if d else 0)
+        c = m * width
+    return n + 2 * c + _conv(c, latent, 3)
+
+
 def _official_count(num_actions: int, frame_channels: int, frame_latent: int) -> int:
     """Parameters of the official Tokenizer, counted from its convnet.py and config by hand."""
-    def conv(i, o, k):
-        return i * o * k * k + o
-
-    def res(i, o):  # GN(i), conv3, GN(o), conv3, 1×1 skip when the width changes
-        return 2 * i + conv(i, o, 3) + 2 * o + conv(o, o, 3) + (conv(i, o, 1) if i != o else 0)
-
-    mult, down = (1, 1, 2, 2, 4), (1, 0, 1, 1, 0)
-
-    def encoder(c_in, width, latent):
-        n, c = conv(c_in, width, 3), width
-        for m, d in zip(mult, down):
-            n += res(c, m * width) + (conv(m * width, m * width, 2) if d else 0)
-            c = m * width
-        return n + 2 * c + conv(c, latent, 3)
+    encoder = official_encoder_count
 
     def decoder(latent, width, out):
-        n, prev = conv(latent, mult[-1] * width, 3), width
-        for m, d in zip(mult, down):
-            n += res(m * width, prev) + (conv(m * width, m * width, 3) if d else 0)
+        n, prev = _conv(latent, _MULT[-1] * width, 3), width
+        for m, d in zip(_MULT, _DOWN):
+            n += _res(m * width, prev) + (_conv(m * width, m * width, 3) if d else 0)
             prev = m * width
-        return n + 2 * width + conv(width, out, 3)
+        return n + 2 * width + _conv(width, out, 3)
 
     quantizer = (1024 * 64 + 64) + (64 * 1024 + 1024)
     embeddings = num_actions * 64 * 64 + num_actions * 4 * 8 * 8
