@@ -25,12 +25,11 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import check_frame_policy, lambda_returns
+from wmzoo.agents.returns import burn_in_steps, check_frame_policy, lambda_returns
 from wmzoo.interfaces import BurnIn, EnvInfo, Policy, State, Trajectory
 from wmzoo.nn.distributions import TwoHot
 from wmzoo.optim import Optimizer
@@ -104,19 +103,12 @@ class DeltaIrisActorCritic(Policy):
             _, target, th, tc = self.target(frames, state["th"], state["tc"])
         return logits, critic, self._value(target), {"h": h, "c": c, "th": th, "tc": tc}
 
-    @staticmethod
-    def _reset(state: State, first: Tensor) -> State:
-        keep = (~first).float().unsqueeze(-1)
-        return {k: v * keep for k, v in state.items()}
-
     @torch.no_grad()
     def burn_in(self, context: BurnIn) -> State:
         """Both LSTMs over the real frames before the start, reset at episode starts."""
-        state = self.initial_state(context.features.shape[0])
-        for t in range(context.features.shape[1]):
-            state = self._reset(state, context.is_first[:, t])
-            _, _, _, state = self._step(context.features[:, t], state)
-        return self._reset(state, context.is_first[:, -1])
+        features = context.features
+        return burn_in_steps(lambda t, state: self._step(features[:, t], state)[3],
+                             self.initial_state(features.shape[0]), context.is_first)
 
     @torch.no_grad()
     def act(

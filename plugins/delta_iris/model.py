@@ -375,11 +375,10 @@ class DeltaIrisWorldModel(WorldModel):
         new = is_first | (state["length"] == 0) & ~state["fed"]
         if bool(new.all()):  # every row starts afresh: nothing before x_t is needed
             state = self._empty(frame)
-            x = self.i_token(obs).unsqueeze(1) if self.i_token is not None else frame.new_zeros(frame.shape[0], 0, 1)
-            if x.shape[1]:
-                self._call(state, x, torch.ones(frame.shape[0], 1, dtype=torch.bool, device=frame.device))
+            if self.i_token is not None:
+                self._call(state, self.i_token(obs).unsqueeze(1), torch.ones_like(new)[:, None])
             else:
-                state["begin"][:] = True
+                state["begin"][:] = True  # no token of x_t: the next action begins the episode
             state["fed"][:] = True
             return state
         tokens = self.tokenizer.encode(state["frame"], prev_action, frame)
@@ -404,8 +403,7 @@ class DeltaIrisWorldModel(WorldModel):
         logits ``[B, K, N]`` of z¹..z^K and the tokens, sampled (or ``tokens``, teacher forcing)."""
         state = dict(self._room(state, 2 + self.K))  # a shallow copy: the cache is written in place
         x = torch.cat([*self._prefix(state), self.act_emb(action).unsqueeze(1)], 1)
-        out = self._call(state, x)[:, -1]
-        action_out = out
+        action_out = out = self._call(state, x)[:, -1]
         logits, chosen = [], []
         for k in range(self.K):
             logits.append(self.head_latents(out).float())

@@ -28,7 +28,7 @@ from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import ReinforceActorCritic, check_frame_policy
+from wmzoo.agents.returns import ReinforceActorCritic, burn_in_steps, check_frame_policy
 from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory
 from wmzoo.specs import OptimSpec, PolicySpec
 
@@ -73,19 +73,12 @@ class IrisActorCritic(ReinforceActorCritic):
         h, c = self.lstm(self.cnn(frames * 2.0 - 1.0), (state["h"], state["c"]))
         return self.actor(h), self.critic(h).squeeze(-1), {"h": h, "c": c}
 
-    def _reset(self, state: State, first: Tensor) -> State:
-        keep = (~first).float().unsqueeze(-1)
-        return {k: v * keep for k, v in state.items()}
-
     def burn_in(self, context: BurnIn) -> State:
         """Run the LSTM over the real context's reconstructions, resetting at episode starts
         (IRIS's LSTM reads frames only, so ``context.actions`` are not used)."""
-        features, is_first = context.features, context.is_first
-        state = self.initial_state(features.shape[0])
-        for t in range(features.shape[1]):
-            state = self._reset(state, is_first[:, t])
-            _, _, state = self.step(features[:, t], state)
-        return self._reset(state, is_first[:, -1])
+        features = context.features
+        return burn_in_steps(lambda t, state: self.step(features[:, t], state)[2],
+                             self.initial_state(features.shape[0]), context.is_first)
 
     @torch.no_grad()
     def act(

@@ -30,9 +30,9 @@ from pydantic import Field
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
-from wmzoo.agents.returns import ReinforceActorCritic
+from wmzoo.agents.returns import ReinforceActorCritic, burn_in_steps
 from wmzoo.errors import SpecError
-from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory, reset_state
+from wmzoo.interfaces import BurnIn, EnvInfo, State, Trajectory
 from wmzoo.specs import OptimSpec, PolicySpec
 
 # --------------------------------------------------------------------------- spec
@@ -99,14 +99,13 @@ class REMActorCritic(ReinforceActorCritic):
     def burn_in(self, context: BurnIn) -> State:
         """Section 2: C starts from the same short real segment as M. The LSTM reads each context
         frame and, when given, the action taken there, resetting where ``is_first`` says."""
-        features, is_first, actions = context.features, context.is_first, context.actions
-        state = self.initial_state(features.shape[0])
-        for t in range(features.shape[1]):
-            state = reset_state(state, self.initial_state(features.shape[0]), is_first[:, t])
+        features, actions = context.features, context.actions
+
+        def step(t: int, state: State) -> State:
             state = self._observe(self.encoder(features[:, t]), state)
-            if actions is not None:
-                state = self._after_action(actions[:, t], state)
-        return reset_state(state, self.initial_state(features.shape[0]), is_first[:, -1])
+            return state if actions is None else self._after_action(actions[:, t], state)
+
+        return burn_in_steps(step, self.initial_state(features.shape[0]), context.is_first)
 
     @torch.no_grad()
     def act(

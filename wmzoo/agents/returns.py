@@ -9,13 +9,14 @@ REINFORCE-with-baseline losses of IRIS (Micheli et al., 2023, section 2.3) that 
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from wmzoo.errors import SpecError
-from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
+from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory, reset_state
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec
 
@@ -92,6 +93,17 @@ def reinforce_losses(
         "value_mean": values[:-1].mean().item(),
     }
     return actor - entropy * bonus + critic, metrics
+
+
+def burn_in_steps(step: Callable[[int, State], State], initial: State, is_first: Tensor) -> State:
+    """A recurrent policy's state at imagination start after its real context (``Policy.burn_in``
+    of the IRIS, REM and Δ-IRIS actor-critics): ``state = step(t, state)`` for each of the
+    ``T_c = is_first.shape[1] − 1`` context steps, the state reset to ``initial`` before step ``t``
+    where ``is_first[:, t]``, and after the last where the start itself begins an episode."""
+    state = initial
+    for t in range(is_first.shape[1] - 1):
+        state = step(t, reset_state(state, initial, is_first[:, t]))
+    return reset_state(state, initial, is_first[:, -1])
 
 
 def check_frame_policy(name: str, feature_shape: tuple[int, ...], env: EnvInfo, factor: int) -> tuple[int, int, int]:
