@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from PIL import Image
 
 from wmzoo.atomic import write_text_atomic
 from wmzoo.data.dataset import iter_episodes, recorded_env_info, training_dir
+from wmzoo.errors import WmzooError
 from wmzoo.nn.tokenizer import Tokenizer
 from wmzoo.optim import Optimizer
 from wmzoo.registry import world_model_spec
@@ -101,7 +103,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     env = recorded_env_info(training_dir(args.data))
     if env is None:
-        raise SystemExit(f"{args.data}: no env.json; generate it with wmzoo data generate")
+        raise WmzooError(f"{args.data}: no env.json; generate it with wmzoo data generate")
     x, a, x1 = (torch.from_numpy(v) for v in transitions(args.data, "train", None))
     tx, ta, tx1 = (torch.from_numpy(v) for v in transitions(args.data, "test", args.test_episodes))
 
@@ -147,4 +149,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except WmzooError as error:  # a missing, partial or corrupt dataset: one line, exit 2
+        print(f"reconstruction: error: {error}", file=sys.stderr)
+        sys.exit(2)
