@@ -19,6 +19,7 @@ from wmzoo.eval.memory import (
     _batch,
     attempts,
     context_rows,
+    long_enough,
     image_error,
     imagination_metrics,
     recall_metrics,
@@ -141,6 +142,21 @@ def test_phases_and_teleports_are_required_with_one_line_errors(tmp_path):
         context_rows(episode(3, phase=np.zeros(3, np.uint8)), manifest)
     with pytest.raises(WmzooError, match="needs a teleport dataset"):
         teleport_row(episode(5))
+
+
+def test_a_fixed_context_leaves_out_the_episodes_too_short_for_a_query_and_counts_them():
+    # catches: an episode of exactly `context` rows kept (no query row: the evaluation dies), or
+    # a long one dropped; and an episode with its own phases judged by the fixed context
+    manifest = Manifest.__new__(Manifest)
+    manifest.context_length = 4
+    skipped: list[int] = []
+    lengths = [3, 4, 5, 9]
+    kept = list(long_enough(iter([episode(T) for T in lengths]), manifest, skipped))
+    assert [len(e["reward"]) for e in kept] == [5, 9] and skipped == [3, 4]
+    phased = episode(3, phase=np.array([0, 1, 1], np.uint8))
+    assert len(list(long_enough(iter([phased]), manifest, []))) == 1
+    with pytest.raises(WmzooError, match="none of the 2 episodes is longer than the context of 4 rows"):
+        list(long_enough(iter([episode(2), episode(4)]), manifest, []))
 
 
 # --------------------------------------------------------------------------- end to end

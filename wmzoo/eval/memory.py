@@ -271,6 +271,26 @@ def context_rows(episode: dict[str, np.ndarray], manifest: Manifest) -> int:
     return context
 
 
+def long_enough(episodes: Iterator[dict[str, np.ndarray]], manifest: Manifest, skipped: list[int]
+                ) -> Iterator[dict[str, np.ndarray]]:
+    """The episodes with at least one query row after a fixed context of
+    ``manifest.context_length`` rows (``--context`` on a dataset without phases, whose episodes
+    vary in length, e.g. MiniGrid's); the length of each one left out is appended to ``skipped``.
+    One-line error when none is left."""
+    kept = 0
+    for episode in episodes:
+        length = len(episode["reward"])
+        if "phase" not in episode and manifest.context_length is not None and length <= manifest.context_length:
+            skipped.append(length)
+            continue
+        kept += 1
+        yield episode
+    if not kept:
+        longest = max(skipped, default=0)
+        raise WmzooError(f"none of the {len(skipped)} episodes is longer than the context of "
+                         f"{manifest.context_length} rows (the longest has {longest}); give a smaller --context")
+
+
 def teleport_row(episode: dict[str, np.ndarray]) -> int:
     """The row of the first observation after the teleport (its info names ``teleport_to``)."""
     if TELEPORT_KEY not in episode or not (episode[TELEPORT_KEY] >= 0).any():
@@ -352,6 +372,9 @@ def evaluate_memory(
     wm = agent.world_model
     wm.eval()
     stream = iter_episodes(data, split, episodes)
+    skipped: list[int] = []
+    if context is not None and protocol != "probing":
+        stream = long_enough(stream, manifest, skipped)
     if protocol == "imagination":
         results = imagination_metrics(wm, batches(stream, manifest))
     elif protocol == "recall":
@@ -364,6 +387,10 @@ def evaluate_memory(
         results = _probing(agent, data, split, episodes)
     payload = {"protocol": protocol, "checkpoint": str(checkpoint), "data": str(data), "split": split,
                "env": manifest.args.env, "backbone": agent.run.backbone, **results}
+    if context is not None and protocol != "probing":
+        payload["skipped_episodes"] = len(skipped)  # too short for --context: no query row
+        if skipped:
+            log(f"left out {len(skipped)} episodes of at most {context} rows (no query row after --context {context})")
     out = Path(out)
     path = write_text_atomic(out / f"{protocol}.json", json.dumps(payload, indent=2))
     for line in summary(results):
