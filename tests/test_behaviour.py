@@ -22,6 +22,7 @@ SCHEDULES: dict[str, tuple[int, dict[str, Any]]] = {
     "rssm": (800, {"optim": {"lr": 1e-3}}),
     "s4wm": (800, {"optim": {"lr": 1e-3}}),
     "tssm-xl": (800, {"optim": {"lr": 1e-3}}),
+    "tokenwm": (600, {"optim": {"lr": 1e-3}}),
 }
 
 

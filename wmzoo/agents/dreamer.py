@@ -20,7 +20,7 @@ from typing import Annotated
 
 import torch
 from pydantic import Field, ValidationInfo, field_validator
-from torch import Tensor
+from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from wmzoo.agents.returns import PercentileNormalizer, lambda_returns
@@ -95,24 +95,29 @@ class DreamerPolicy(Policy):
 
     def __init__(self, spec: DreamerSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
-        if len(feature_shape) != 1:
-            raise WmzooError(
-                f"policy 'dreamer' reads 1-D features, but the backbone's features have shape "
-                f"{tuple(feature_shape)}; flatten them in the backbone's features() or pick a policy "
-                f"that reads {len(feature_shape)}-D features"
-            )
-        (features,) = feature_shape
         self.spec = spec
         self.env = env
         outputs = env.num_actions if env.discrete else 2 * env.num_actions  # logits, or mean and std
-        self.actor = MLP(features, outputs, spec.units, spec.layers)
-        self.critic = MLP(features, spec.critic_bins, spec.units, spec.layers, zero_init=True)
+        self.actor = self.network(tuple(feature_shape), outputs)
+        self.critic = self.network(tuple(feature_shape), spec.critic_bins, zero_init=True)
         self.slow_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.return_norm = PercentileNormalizer(spec.return_norm_decay, spec.return_norm_percentiles)
         self._optimizers = {
             "actor": Optimizer(self.actor.parameters(), spec.actor_optim),
             "critic": Optimizer(self.critic.parameters(), spec.critic_optim),
         }
+
+    def network(self, feature_shape: tuple[int, ...], outputs: int, zero_init: bool = False) -> nn.Module:
+        """The actor's or the critic's net from features ``[..., *feature_shape]`` to ``outputs``:
+        DreamerV3's MLP on 1-D features. A subclass that reads other features (a token set)
+        overrides it and keeps the learning rules."""
+        if len(feature_shape) != 1:
+            raise WmzooError(
+                f"policy 'dreamer' reads 1-D features, but the backbone's features have shape "
+                f"{feature_shape}; flatten them in the backbone's features() or pick a policy "
+                f"that reads {len(feature_shape)}-D features"
+            )
+        return MLP(feature_shape[0], outputs, self.spec.units, self.spec.layers, zero_init=zero_init)
 
     def dist(self, features: Tensor) -> Distribution:
         """``π(· | s)``: unimix categorical, or Normal(tanh(μ), σ) with σ in ``[min_std, max_std]``."""

@@ -1,0 +1,65 @@
+"""The ``tokenwm`` backbone (TokenWM: a set of tokens as the recurrent latent state, a memory
+bank, a perceiver decoder) and its policy ``tokenwm-ac``.
+
+Registers through the same ``wmzoo`` entry-point hook a third-party package uses.
+"""
+
+from __future__ import annotations
+
+from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
+
+from .blocks import Attention, CrossBlock, FeedForward, FiLM, FiLMBlock, PerceiverReadout, ViTEncoder, push
+from .model import PRESETS, TokenWMSpec, TokenWMWorldModel
+from .policy import PRESETS as POLICY_PRESETS
+from .policy import TokenWMPolicy, TokenWMPolicySpec
+
+
+@hookimpl
+def wmzoo_backbones() -> list[BackboneEntry]:
+    return [
+        BackboneEntry(
+            name="tokenwm",
+            spec=TokenWMSpec,
+            presets=PRESETS,
+            build=TokenWMWorldModel,
+            default_policy="tokenwm-ac",
+            description="TokenWM: N_h state tokens, FiLM prior, cross-attention posterior, memory bank of "
+            "past states, perceiver decoder; deterministic (L2 information bottleneck)",
+            paper="Zhai, Zhang, Navab, Recurrent World Model with Tokenized Latent States (TokenWM), section 3, table 2",
+            width=WidthKnob(("dim", "encoder_dim", "decoder_hidden", "head_hidden"), multiple=8),
+        )
+    ]
+
+
+@hookimpl
+def wmzoo_policies() -> list[PolicyEntry]:
+    return [
+        PolicyEntry(
+            name="tokenwm-ac",
+            spec=TokenWMPolicySpec,
+            presets=POLICY_PRESETS,
+            build=TokenWMPolicy,
+            description="DreamerV3's actor-critic learning with TokenWM's policy network (3.6): perceiver "
+            "queries over the state tokens h*, then MLPs",
+        )
+    ]
+
+
+__all__ = [
+    "POLICY_PRESETS",
+    "PRESETS",
+    "Attention",
+    "CrossBlock",
+    "FeedForward",
+    "FiLM",
+    "FiLMBlock",
+    "PerceiverReadout",
+    "TokenWMPolicy",
+    "TokenWMPolicySpec",
+    "TokenWMSpec",
+    "TokenWMWorldModel",
+    "ViTEncoder",
+    "push",
+    "wmzoo_backbones",
+    "wmzoo_policies",
+]

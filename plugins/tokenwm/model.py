@@ -1,0 +1,306 @@
+"""TokenWM: a recurrent world model whose latent state is a set of tokens.
+
+Paper: Zhai, Zhang, Navab, "Recurrent World Model with Tokenized Latent States" (TokenWM),
+section 3 (3.1–3.7), figure 1, appendix A table 2 (its hyperparameters).
+
+Notation (names in brackets):
+    o_t                 frame [batch.obs[:, t]]; a_t the action taken after it [batch.action[:, t]]
+    z_t ∈ R^{N_z×D_z}    ViT patch tokens of o_t, section 3.1 [z]
+    h_t ∈ R^{N_h×D}      the latent state: a set of N_h tokens of width D [state["h"]]
+    h^p_t = f^p(h*_{t−1}, a_{t−1})   prior, 3.2: PE, then blocks of FiLM(a) + post-norm self-attention
+    h^q_t = f^q(h^p_t, z_t)          posterior, 3.3: PEs on both, blocks of cross-attention
+                                     (state queries, patch keys/values) + self-attention
+    h*_t = f^M(h_t, bank)            memory read, 3.5: cross- and self-attention over a FIFO bank
+                                     of the last n states [state["hstar"]]; n = 0: h*_t = h_t
+    ẑ_t = D(h^q_t)                   perceiver decoder, 3.4: one learned query per patch
+                                     cross-attends to h, a shared MLP gives the patch's pixels
+
+The recurrence (figure 1): h* of the previous step and a_{t−1} give the prior; the observation
+turns it into the posterior h^q_t = h_t; the memory read gives h*_t; h_t enters the bank. In
+imagination there is no observation and h_t = h^p_t.
+
+Loss (3.7, eq. 1), with the reward and continue heads of the RL extension::
+
+    L = w_state ‖h^q_t − h^p_t‖² + w_recon ‖z_t − ẑ_t‖² + w_r NLL(r_t) + w_c BCE(c_t)
+
+Eq. 1 calls the state weight α and the reconstruction weight β, but table 2 lists α = 10 as the
+*reconstruction* weight and β = 0.1 as the *state* weight; the fields are named by what they
+weigh and take table 2's values (state 0.1, reconstruction 10). Squared norms are means over the
+elements (tokens × width, pixels). Eq. 1's imitation term −γ log π(a_t | h*_t, c) belongs to
+the imitation mode, not to this loss.
+
+Choices where the paper is silent (each a field where it is a value):
+    * z_t is the frame's pixels cut into p × p patches: the paper decodes "the original
+      observation ô_t ... directly tokenized by reshaping" when the encoder is not pre-trained.
+    * The initial state h_0 is N_h learned tokens; every episode starts from it with an empty bank.
+    * The memory reader's keys are the bank *and* h_t itself (so the first step of an episode has
+      something to read), each slot with a learned age embedding; the bank holds h (h^q when
+      observing, h^p when imagining), not h*.
+    * The state term skips steps whose prior knows nothing: episode starts and the first step
+      of a training window (which starts from h_0; training does not carry states across windows).
+    * Reward and continue (the RL extension, the paper's "future work"): DreamerV3's two-hot and
+      Bernoulli heads on one perceiver read-out of h*_{t+1}, as wmzoo's alignment has it.
+
+Deviations (named): the encoder is a ViT trained from scratch with the world model, not the
+pre-trained, frozen DINOv2-L of section 4 (nothing downloads here); ``paper`` therefore reconstructs
+pixels, not DINOv2 features.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor, nn
+
+from wmzoo.errors import SpecError
+from wmzoo.interfaces import (
+    Batch,
+    EnvInfo,
+    State,
+    Step,
+    TrainOutput,
+    WorldModel,
+    detach_state,
+    flatten_state,
+    index_state,
+    reset_state,
+    stack_states,
+)
+from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
+from wmzoo.specs import OptimSpec, WorldModelSpec
+
+from .blocks import CrossBlock, FiLMBlock, PerceiverReadout, ViTEncoder, push
+
+# --------------------------------------------------------------------------- spec
+
+
+class TokenWMSpec(WorldModelSpec):
+    """Hyperparameters of TokenWM (defaults: table 2, with a from-scratch ViT encoder)."""
+
+    tokens: int = Field(64, ge=1, le=4096, description="N_h: tokens of the latent state (table 2: 64)")
+    dim: int = Field(512, ge=8, le=8192, description="D: width of a state token (table 2: 512)")
+    heads: int = Field(8, ge=1, le=64, description="attention heads of every block (table 2: 8)")
+    mult: int = Field(4, ge=1, le=16, description="feed-forward width as a multiple of D")
+    prior_layers: int = Field(2, ge=1, le=64, description="N: FiLM + self-attention blocks of the prior (table 2: 2)")
+    posterior_layers: int = Field(4, ge=1, le=64, description="P: cross- + self-attention blocks of the posterior (4)")
+    memory_layers: int = Field(2, ge=1, le=64, description="M: blocks of the memory reader (table 2: 2)")
+    memory: int = Field(5, ge=0, le=1024, description="past states in the memory bank (table 2: 5); 0: no memory (the ablation)")
+    post_norm: bool = Field(True, description="post-norm sub-layers (3.2); false: pre-norm, which the paper saw diverge")
+    patch: int = Field(8, ge=1, le=256, description="ViT patch size p (the frame's sides must be multiples)")
+    encoder_dim: int = Field(384, ge=8, le=8192, description="D_z: width of the ViT's patch tokens")
+    encoder_layers: int = Field(6, ge=1, le=64, description="ViT layers")
+    encoder_heads: int = Field(6, ge=1, le=64, description="ViT heads")
+    decoder_hidden: int = Field(512, ge=1, le=16384, description="hidden width of the decoder's shared MLP")
+    head_hidden: int = Field(512, ge=1, le=16384, description="hidden units of the reward and continue heads")
+    head_layers: int = Field(2, ge=0, le=16, description="hidden layers of the reward and continue heads")
+    reward_bins: int = Field(255, ge=3, le=1023, description="two-hot bins of the reward head")
+    state_weight: float = Field(0.1, ge=0, le=1000, description="weight of ‖h^q − h^p‖² (table 2: 0.1)")
+    recon_weight: float = Field(10.0, ge=0, le=1000, description="weight of ‖z − ẑ‖² (table 2: 10)")
+    reward_weight: float = Field(1.0, ge=0, le=1000, description="weight of the reward NLL (RL extension)")
+    cont_weight: float = Field(1.0, ge=0, le=1000, description="weight of the continue BCE (RL extension)")
+    start_stride: int = Field(1, ge=1, le=4096, description="imagination starts from every k-th step's state")
+    optim: OptimSpec = Field(
+        default_factory=lambda: OptimSpec(lr=1e-4, clip=100.0),
+        description="world-model optimizer (table 2: AdamW lr 1e-4, gradient clip 100)",
+    )
+
+    @model_validator(mode="after")
+    def _fits(self) -> TokenWMSpec:
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} must be divisible by heads {self.heads}")
+        if self.encoder_dim % self.encoder_heads:
+            raise ValueError(f"encoder_dim {self.encoder_dim} must be divisible by encoder_heads {self.encoder_heads}")
+        return self
+
+
+# --------------------------------------------------------------------------- world model
+
+
+class TokenWMWorldModel(WorldModel):
+    """ViT encoder, prior, posterior, memory reader, perceiver decoder, reward and continue heads.
+
+    A state is ``{"h": [B, N_h, D], "hstar": [B, N_h, D], "bank": [B, n, N_h, D] (oldest first),
+    "valid": [B, n] bool}`` (without a memory, ``memory = 0``: h and h* = h only); :meth:`features`
+    is h* (``feature_shape = (N_h, D)``)."""
+
+    spec: TokenWMSpec
+
+    def __init__(self, spec: TokenWMSpec, env: EnvInfo) -> None:
+        super().__init__()
+        c, height, width = env.obs_shape
+        if height % spec.patch or width % spec.patch:
+            raise SpecError(f"model.patch={spec.patch} must divide the frame's sides {height}x{width} (env {env.name!r})")
+        self.spec, self.env = spec, env
+        N_h, D, p = spec.tokens, spec.dim, spec.patch
+        self.num_patches = (height // p) * (width // p)
+        self.feature_shape = (N_h, D)
+        action_dim = env.num_actions
+        self.encoder = ViTEncoder(env.obs_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads, spec.mult)
+        self.h0 = nn.Parameter(torch.randn(N_h, D) * 0.02)
+        self.prior_pos = nn.Parameter(torch.randn(N_h, D) * 0.02)
+        self.prior_blocks = nn.ModuleList(
+            FiLMBlock(D, spec.heads, spec.mult, spec.post_norm, action_dim) for _ in range(spec.prior_layers)
+        )
+        self.post_pos = nn.Parameter(torch.randn(N_h, D) * 0.02)
+        self.obs_pos = nn.Parameter(torch.randn(self.num_patches, spec.encoder_dim) * 0.02)
+        self.post_blocks = nn.ModuleList(
+            CrossBlock(D, spec.heads, spec.mult, spec.post_norm, spec.encoder_dim) for _ in range(spec.posterior_layers)
+        )
+        if spec.memory:
+            self.age = nn.Parameter(torch.randn(spec.memory + 1, 1, D) * 0.02)
+            self.memory_blocks = nn.ModuleList(
+                CrossBlock(D, spec.heads, spec.mult, spec.post_norm) for _ in range(spec.memory_layers)
+            )
+        self.decoder_queries = PerceiverReadout(D, spec.heads, self.num_patches, spec.post_norm)
+        self.decoder_mlp = nn.Sequential(nn.Linear(D, spec.decoder_hidden), nn.GELU(), nn.Linear(spec.decoder_hidden, p * p * c))
+        self.readout = PerceiverReadout(D, spec.heads, 1, spec.post_norm)
+        self.heads = RewardContinueHeads(D, spec.head_hidden, spec.head_layers, spec.reward_bins)
+
+    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
+        return {"model": (list(self.parameters()), self.spec.optim)}
+
+    # -- the four parts of section 3 -------------------------------------------------------------
+    def prior(self, hstar: Tensor, action: Tensor) -> Tensor:
+        """h^p_t = f^p(h*_{t−1}, a_{t−1}) (3.2); ``action`` encoded ``[B, A]``."""
+        x = hstar + self.prior_pos
+        for block in self.prior_blocks:
+            x = block(x, action)
+        return x
+
+    def posterior(self, prior: Tensor, z: Tensor) -> Tensor:
+        """h^q_t = f^q(h^p_t, z_t) (3.3)."""
+        x, kv = prior + self.post_pos, z + self.obs_pos
+        for block in self.post_blocks:
+            x = block(x, kv)
+        return x
+
+    def read_memory(self, h: Tensor, bank: Tensor, valid: Tensor) -> Tensor:
+        """h*_t = f^M(h_t, bank) (3.5): ``h`` queries the valid bank entries and itself."""
+        B, n, N_h, D = bank.shape
+        keys = (torch.cat([bank, h.unsqueeze(1)], 1) + self.age).reshape(B, (n + 1) * N_h, D)
+        seen = torch.cat([valid, valid.new_ones(B, 1)], 1)
+        ignore = ~seen.repeat_interleave(N_h, 1)
+        x = h
+        for block in self.memory_blocks:
+            x = block(x, keys, ignore)
+        return x
+
+    def reconstruct(self, h: Tensor) -> Tensor:
+        """ẑ = D(h) (3.4): patches ``[..., N_z, p·p·C]`` in ``[0, 1]`` scale (not clamped)."""
+        return self.decoder_mlp(self.decoder_queries(h)) + 0.5
+
+    def patches(self, obs: Tensor) -> Tensor:
+        """The reconstruction target: uint8 frames ``[..., C, H, W]`` → ``[..., N_z, p·p·C]`` in ``[0, 1]``."""
+        c, height, width = obs.shape[-3:]
+        p = self.spec.patch
+        x = obs.float().div(255.0).reshape(*obs.shape[:-3], c, height // p, p, width // p, p)
+        return x.movedim(-5, -1).transpose(-4, -3).flatten(-5, -4).flatten(-3)  # [..., H/p·W/p, p·p·C]
+
+    def unpatch(self, patches: Tensor) -> Tensor:
+        """The inverse of :meth:`patches`: ``[..., N_z, p·p·C]`` → ``[..., C, H, W]``."""
+        c, height, width = self.env.obs_shape
+        p = self.spec.patch
+        x = patches.reshape(*patches.shape[:-2], height // p, width // p, p, p, c)
+        return x.transpose(-4, -3).movedim(-1, -5).reshape(*patches.shape[:-2], c, height, width)
+
+    def _advance(self, state: State, h: Tensor) -> State:
+        """The state after ``h``: read the memory, then push ``h`` into the bank."""
+        if not self.spec.memory:
+            return {"h": h, "hstar": h}
+        hstar = self.read_memory(h, state["bank"], state["valid"])
+        bank, valid = push(state["bank"], state["valid"], h)
+        return {"h": h, "hstar": hstar, "bank": bank, "valid": valid}
+
+    def _filter(self, state: State, z: Tensor, prev_action: Tensor, is_first: Tensor) -> tuple[State, Tensor]:
+        """One real step from patch tokens ``z``: ``(the state after it, its prior h^p)``."""
+        state = reset_state(state, self.initial_state(z.shape[0]), is_first)
+        prior = self.prior(state["hstar"], encode_action(prev_action, self.env))
+        return self._advance(state, self.posterior(prior, z)), prior
+
+    # -- the interface ----------------------------------------------------------------------------
+    def initial_state(self, batch_size: int) -> State:
+        h0 = self.h0.expand(batch_size, -1, -1)
+        n = self.spec.memory
+        if not n:
+            return {"h": h0, "hstar": h0}
+        return {"h": h0, "hstar": h0, "bank": h0.new_zeros(batch_size, n, *h0.shape[1:]),
+                "valid": torch.zeros(batch_size, n, dtype=torch.bool, device=h0.device)}
+
+    def features(self, state: State) -> Tensor:
+        return state["hstar"]
+
+    def observe_step(self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor) -> State:
+        return self._filter(state, self.encoder(obs), prev_action, is_first)[0]
+
+    def imagine_step(self, state: State, action: Tensor) -> Step:
+        """h^p = f^p(h*, a), which enters the memory as h (no observation to correct it)."""
+        new = self._advance(state, self.prior(state["hstar"], encode_action(action, self.env)))
+        reward, cont = self.heads.predict(self.readout(new["hstar"]).squeeze(-2))
+        return Step(state=new, reward=reward, cont=cont, features=new["hstar"])
+
+    @torch.no_grad()
+    def decode(self, state: State) -> Tensor:
+        image = self.unpatch(self.reconstruct(state["h"]))
+        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+
+    def rollout(self, batch: Batch) -> tuple[State, Tensor]:
+        """The recurrence over a batch from h_0: the states after each step ``[B, T, ...]`` and the
+        priors ``[B, T, N_h, D]``. Every row starts from h_0 (training carries no state across
+        windows); the prior at a window's first step reads the zero action."""
+        B, T = batch.shape
+        z = self.encoder(batch.obs)
+        prev_action = torch.cat([torch.zeros_like(batch.action[:, :1]), batch.action[:, :-1]], 1)
+        state, states, priors = self.initial_state(B), [], []
+        for t in range(T):
+            state, prior = self._filter(state, z[:, t], prev_action[:, t], batch.is_first[:, t])
+            states.append(state)
+            priors.append(prior)
+        return stack_states(states), torch.stack(priors, 1)
+
+    def observe(self, batch: Batch, state: State | None = None) -> State:
+        if state is not None:  # continue a stream step by step (acting, the memory protocols)
+            return super().observe(batch, state)
+        return index_state(self.rollout(batch)[0], (slice(None), -1))
+
+    def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
+        """Eq. 1 (without its imitation term) plus the reward and continue heads."""
+        spec = self.spec
+        states, priors = self.rollout(batch)
+        post, hstar = states["h"], states["hstar"]
+        informed = ~batch.is_first
+        informed[:, 0] = False
+        state = masked_mean((post - priors).square().mean((-2, -1)), informed)
+        recon = (self.reconstruct(post) - self.patches(batch.obs)).square().mean()
+        reward, cont, head_metrics = self.heads.loss(self.readout(hstar).squeeze(-2), batch)
+        total = spec.state_weight * state + spec.recon_weight * recon + spec.reward_weight * reward + spec.cont_weight * cont
+        with torch.no_grad():
+            metrics = {"model": total, "state": state, "recon": recon, "reward": reward, "cont": cont, **head_metrics}
+        starts = slice(None, None, spec.start_stride)
+        return TrainOutput(
+            losses={"model": total},
+            metrics=dict(zip(metrics, torch.stack([m.detach().float() for m in metrics.values()]).tolist())),
+            start=flatten_state(detach_state(index_state(states, (slice(None), starts)))),
+            start_cont=start_conts(batch)[:, starts].reshape(-1),
+        )
+
+
+# --------------------------------------------------------------------------- presets
+
+PRESETS: dict[str, TokenWMSpec] = {
+    # CPU tests and the tiny end-to-end run: 8 tokens of width 32, one block each, 2 past states.
+    "tiny": TokenWMSpec(
+        batch_size=4, seq_len=12, tokens=8, dim=32, heads=4, mult=2, prior_layers=1, posterior_layers=1,
+        memory_layers=1, memory=2, patch=8, encoder_dim=32, encoder_layers=1, encoder_heads=4,
+        decoder_hidden=64, head_hidden=64, head_layers=1, optim=OptimSpec(lr=3e-4, clip=100.0),
+    ),
+    # A CPU hour: 16 tokens of width 128, table 2's layer counts halved, its memory of 5.
+    "small": TokenWMSpec(
+        batch_size=8, seq_len=32, tokens=16, dim=128, heads=4, mult=2, prior_layers=1, posterior_layers=2,
+        memory_layers=1, memory=5, patch=8, encoder_dim=128, encoder_layers=2, encoder_heads=4,
+        decoder_hidden=256, head_hidden=256, head_layers=1, optim=OptimSpec(lr=3e-4, clip=100.0),
+    ),
+    # Table 2: state 64 × 512, N 2, P 4, M 2, 8 heads, memory 5 × 64 × 512, batch 32 × horizon 64,
+    # AdamW 1e-4, clip 100, weights state 0.1 / reconstruction 10. The encoder: a ViT-S-like
+    # (D_z 384, 6 layers, 6 heads) trained from scratch in place of the frozen DINOv2-L.
+    "paper": TokenWMSpec(batch_size=32, seq_len=64),
+}
