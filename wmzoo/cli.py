@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wmzoo.errors import WmzooError
 
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=None, metavar="T",
                    help="sample at temperature T (implies --sample; REM and IRIS evaluate at 0.5)")
     p.add_argument("--seed", type=int, default=10_000)
+    p.add_argument("--random", action="store_true",
+                   help="also evaluate a uniformly random policy on the same env and seeds, reported beside")
     p.add_argument("--json", dest="json_path", help="also write the results as JSON here")
 
     p = sub.add_parser("imagine", help="real frames beside imagined ones from the same start and actions")
@@ -311,20 +313,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
         unlocked = "" if r.achievements is None else f", {len(r.achievements)} achievements"
         print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length}{unlocked})")
     summary = summarize(agent.run.env, results)
-    print(f"mean return over {len(results)} episodes: {summary['mean_return']:.3f}")
-    if "human_normalized_score" in summary:
-        print(f"human-normalised score: {summary['human_normalized_score']:.3f}")
-    if "crafter_score" in summary:
-        rates = ", ".join(f"{name} {rate:.0f}%" for name, rate in summary["success_rates"].items())
-        print(f"Crafter score: {summary['crafter_score']:.2f}% (success rates: {rates})")
+    _print_summary(summary, len(results), "")
+    baseline = None
+    if args.random:
+        uniform = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, uniform=True)
+        baseline = {**summarize(agent.run.env, uniform), "episodes": [r.__dict__ for r in uniform]}
+        _print_summary(baseline, len(uniform), "random policy, same seeds: ")
     if args.json_path:
         run = agent.run
         payload = {"checkpoint": str(args.checkpoint), "env": run.env, "backbone": run.backbone,
                    "preset": run.preset, "seed": run.seed,
                    "sample": sample, "temperature": temperature, **summary,
                    "episodes": [r.__dict__ for r in results]}
+        if baseline is not None:
+            payload["random"] = baseline
         write_text_atomic(args.json_path, json.dumps(payload, indent=2))
     return 0
+
+
+def _print_summary(summary: dict[str, Any], episodes: int, prefix: str) -> None:
+    print(f"{prefix}mean return over {episodes} episodes: {summary['mean_return']:.3f}")
+    if "human_normalized_score" in summary:
+        print(f"{prefix}human-normalised score: {summary['human_normalized_score']:.3f}")
+    if "crafter_score" in summary:
+        rates = ", ".join(f"{name} {rate:.0f}%" for name, rate in summary["success_rates"].items())
+        print(f"{prefix}Crafter score: {summary['crafter_score']:.2f}% (success rates: {rates})")
 
 
 def cmd_imagine(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ imagine, resume — on MiniGrid, Crafter, Atari Pong and (when installed) Memory
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 
 import numpy as np
@@ -82,10 +83,19 @@ def test_crafter_and_atari_tiny(capsys, tmp_path, env):
         pytest.skip(f"{module} not installed")
     logdir, _ = _train(capsys, tmp_path, env)
     _check_run_folder(logdir, STEPS)
-    code, out, _ = _run(capsys, "eval", "--checkpoint", str(logdir / "checkpoint.safetensors"),
-                        "--episodes", "1", "--max-steps", "30")
-    assert code == 0 and "mean return over 1 episodes" in out
-    assert {"crafter": "Crafter score: ", "atari-pong": "human-normalised score: "}[env] in out
+    score = {"crafter": "Crafter score: ", "atari-pong": "human-normalised score: "}[env]
+    reports = []
+    for name in ("a.json", "b.json"):
+        code, out, _ = _run(capsys, "eval", "--checkpoint", str(logdir / "checkpoint.safetensors"),
+                            "--episodes", "2", "--max-steps", "30", "--random", "--json", str(tmp_path / name))
+        assert code == 0 and "mean return over 2 episodes" in out and score in out
+        assert f"random policy, same seeds: {score}" in out
+        reports.append(json.loads((tmp_path / name).read_text()))
+    # the random baseline is reported like the agent (Crafter: score and achievements) and is
+    # reproducible from the seeds (catches a baseline whose actions are drawn from an unseeded RNG)
+    baseline = reports[0]["random"]
+    assert len(baseline["episodes"]) == 2 and set(baseline) >= set(reports[0]) - {"checkpoint", "env", "backbone", "preset", "seed", "sample", "temperature", "random"}
+    assert baseline == reports[1]["random"]
 
 
 def test_memory_maze_tiny(capsys, tmp_path):

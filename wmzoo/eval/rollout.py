@@ -43,20 +43,26 @@ class EpisodeResult:
 
 def evaluate(
     agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sample: bool = False,
-    temperature: float = 1.0,
+    temperature: float = 1.0, uniform: bool = False,
 ) -> list[EpisodeResult]:
     """Run ``episodes`` episodes (test-time env protocol), each at most ``max_steps`` steps,
-    acting greedily or, with ``sample``, sampling at ``temperature``."""
+    acting greedily or, with ``sample``, sampling at ``temperature``. ``uniform``: a uniformly
+    random policy instead of the agent's, on the same env, seeds and protocol (the baseline the
+    learning checks compare against); its action space is seeded with each episode's seed."""
     run = agent.run
     env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
     results = []
     try:
         for episode in range(episodes):
             obs, info = env.reset(seed=seed + episode)
+            env.action_space.seed(seed + episode)
             agent.reset_acting()
             first, total, steps, done = True, 0.0, 0, False
             while not done and steps < max_steps:
-                action = agent.act(obs[None], np.array([first]), sample=sample, temperature=temperature)[0]
+                if uniform:
+                    action = env.action_space.sample()
+                else:
+                    action = agent.act(obs[None], np.array([first]), sample=sample, temperature=temperature)[0]
                 obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 steps += 1
