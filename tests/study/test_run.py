@@ -131,6 +131,29 @@ def test_a_failing_cell_is_recorded_and_the_others_finish(tmp_path: Path):
     assert (bad / "checkpoint.safetensors").read_bytes() == b"not a checkpoint"  # nothing overwritten
 
 
+@pytest.mark.parametrize("record", ["missing", "failed"])
+def test_a_trained_cell_without_its_evaluation_is_only_evaluated(tmp_path: Path, record: str):
+    # A kill between the run's last checkpoint and cell.json, or an evaluation that failed (a
+    # bug since fixed): the re-run evaluates and does not train. Catches a completeness check
+    # that cannot read the checkpoint's progress (the cell then re-runs `wmzoo run --resume`,
+    # which refuses a run already at its budget, and the cell fails forever).
+    study = {**STUDY, "backbones": ["rssm"], "envs": ["minigrid-empty-5x5"], "seeds": 1,
+             "budget": {"updates": 2, "episodes": 5, "size": 16}}
+    out = tmp_path / "out"
+    (first,) = run_study(study_from_dict(study), study, out, jobs=1, show_progress=False, log=lambda _: None)
+    assert first["state"] == "done"
+    cell = out / first["cell"]["path"]
+    checkpoint = (cell / "checkpoint.safetensors").stat().st_mtime_ns
+    if record == "missing":
+        (cell / "cell.json").unlink()
+    else:
+        (cell / "cell.json").write_text(json.dumps({**first, "state": "failed", "error": "evaluate exited 2"}))
+    (again,) = run_study(study_from_dict(study), study, out, jobs=1, show_progress=False, log=lambda _: None)
+    assert again["state"] == "done", again.get("error")
+    assert [c.split()[1] for c in again["commands"]] == ["evaluate"]
+    assert (cell / "checkpoint.safetensors").stat().st_mtime_ns == checkpoint
+
+
 def test_submitit_executor_runs_cells(tmp_path: Path):
     # Catches: a cell call submitit cannot pickle, a result not collected from its job.
     pytest.importorskip("submitit")

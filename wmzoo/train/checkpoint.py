@@ -37,10 +37,11 @@ def _flatten(node: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
     raise TypeError(f"checkpoint: cannot store {type(node).__name__} at {path or '/'}")
 
 
-def _unflatten(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+def _unflatten(node: Any, tensors: dict[str, torch.Tensor] | None) -> Any:
+    """The tree back from its JSON skeleton; ``tensors=None`` leaves each tensor's placeholder."""
     if isinstance(node, dict):
         if "__tensor__" in node:
-            return tensors[node["__tensor__"]]
+            return node if tensors is None else tensors[node["__tensor__"]]
         return {k: _unflatten(v, tensors) for k, v in node["__dict__"]}
     if isinstance(node, list):
         return [_unflatten(v, tensors) for v in node]
@@ -90,7 +91,7 @@ def checkpoint_header(path: str | Path) -> dict[str, Any]:
             meta = f.metadata() or {}
         if meta.get("format") != FORMAT:
             raise WmzooError(f"checkpoint {path}: not a wmzoo checkpoint (format {meta.get('format')!r})")
-        return json.loads(meta["tree"])
+        return _unflatten(json.loads(meta["tree"]), None)
     except WmzooError:
         raise
     except Exception as exc:  # noqa: BLE001 - as load_checkpoint
