@@ -102,6 +102,8 @@ def test_study_killed_resumes_and_reports_what_the_cells_hold(tmp_path: Path):
     # memory metrics are the cells' own means
     memory = report["memory"][ENVS[1]][labels[2]]
     assert memory["gen_mse"] == pytest.approx(np.mean([gen[labels[2], ENVS[1], s] for s in (0, 1)]))
+    evaluated = json.loads((out / cells_of(out)[-1].path / "eval" / "imagination.json").read_text())
+    assert (memory["episodes"], memory["skipped_episodes"]) == (evaluated["episodes"], evaluated["skipped_episodes"])
 
     path = write_report(out, reps=200, bench=False, video=True)
     text = path.read_text()

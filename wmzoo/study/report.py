@@ -200,6 +200,9 @@ def memory_metrics(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict
             "gen_mse": float(np.mean([r["gen_mse"] for r in records])),
             "gen_mse_per_step": np.mean([r["gen_mse_per_step"][:steps] for r in records], axis=0).tolist(),
             "seeds": len(records),
+            # test episodes scored, and those too short for the fixed context (wmzoo evaluate --context)
+            "episodes": int(records[0]["episodes"]),
+            "skipped_episodes": int(records[0].get("skipped_episodes", 0)),
         }
     return result
 
@@ -424,10 +427,12 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {pair} | {_ci(p, 'estimate')} |")
     if report.get("memory"):
         lines += ["", "## Memory metrics (s4wm paper, section 5.3; test split)", "",
-                  "| env | backbone | Recon. MSE | Gen. MSE |", "|---|---|---|---|"]
+                  "| env | backbone | Recon. MSE | Gen. MSE | test episodes (too short for the context) |",
+                  "|---|---|---|---|---|"]
         for env, rows in report["memory"].items():
             for label, m in rows.items():
-                lines.append(f"| {env} | {label} | {m['recon_mse']:.3f} | {m['gen_mse']:.3f} |")
+                lines.append(f"| {env} | {label} | {m['recon_mse']:.3f} | {m['gen_mse']:.3f} "
+                             f"| {m['episodes']} ({m['skipped_episodes']}) |")
     if report.get("efficiency"):
         lines += ["", "## Efficiency (`wmzoo bench`, this machine, one process)", "",
                   "| backbone | params | train frames/s | imagine frames/s | peak RSS (MB) |", "|---|---|---|---|---|"]
