@@ -253,3 +253,15 @@ def test_an_unlisted_copy_of_another_episode_is_generated_again(tmp_path):
     generate("fake-memory", 6, root, size=16, log=lines.append)
     assert any("generating 1 of 6" in line for line in lines), lines
     assert checksums(root) == checksums(whole)
+
+
+def test_babyai_dataset_is_expert_demonstrations_with_missions(tmp_path):
+    # catches: a BabyAI dataset recorded with random actions (manifest "random", rewards ~0), the
+    # mission lost on the way to disk (unicode arrays need no pickle)
+    pytest.importorskip("minigrid")
+    manifest = generate("babyai-goto-local", 10, tmp_path / "d", size=16, log=lambda _: None)
+    assert manifest.policy == "expert" and Manifest.read(tmp_path / "d").policy == "expert"
+    episodes = list(iter_episodes(tmp_path / "d", "train", None))
+    assert len(episodes) == 8
+    assert all(e["reward"].sum() > 0 and e["mission"].dtype.kind == "U" for e in episodes)
+    assert all(str(e["mission"][0]).startswith("go to") for e in episodes)

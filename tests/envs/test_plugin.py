@@ -24,7 +24,7 @@ def entry(name: str) -> EnvEntry:
 def test_entries_and_extras() -> None:
     entries = {e.name: e for e in wmzoo_envs()}
     assert set(entries) == {
-        "atari-*", "crafter", "minigrid-*",
+        "atari-*", "crafter", "minigrid-*", "babyai-*",
         "memory-maze-9x9", "memory-maze-11x11", "memory-maze-13x13", "memory-maze-15x15",
         # the s4wm paper's memory tasks (section 5)
         "two-rooms", "four-rooms", "ten-rooms",
@@ -36,7 +36,7 @@ def test_entries_and_extras() -> None:
     assert entries["distracting-memory-200"].requires == ("minigrid",)
     assert entries["atari-*"].extra == "atari" and "ale_py" in entries["atari-*"].requires
     assert entries["crafter"].requires == ("crafter",)
-    assert entries["minigrid-*"].requires == ("minigrid",)
+    assert entries["minigrid-*"].requires == ("minigrid",) == entries["babyai-*"].requires
     assert entries["memory-maze-13x13"].extra == "memory-maze"
     assert set(entries["memory-maze-13x13"].requires) == {"memory_maze", "gym", "dm_control"}
     for e in entries.values():
@@ -53,6 +53,7 @@ def test_entries_and_extras() -> None:
         ("atari-pong", "atari-*"),
         ("atari-ms_pacman", "atari-*"),
         ("minigrid-doorkey-5x5", "minigrid-*"),
+        ("babyai-goto-local", "babyai-*"),
         ("crafter", "crafter"),
         ("memory-maze", "memory-maze-9x9"),
         ("memory-maze-9x9", "memory-maze-9x9"),

@@ -69,7 +69,7 @@ class EpisodeFile:
 @dataclass
 class Manifest:
     args: Arguments
-    policy: str  # "scripted" or "random"
+    policy: str  # "scripted", "expert" (demonstrations, e.g. BabyAI's bot) or "random"
     env_info: EnvInfo
     context_length: int | None
     query_length: int | None

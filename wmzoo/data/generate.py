@@ -62,18 +62,19 @@ def generate(
         check_same(existing.args, args, root)
     probe = make_env(env, seed=seed, size=size, train=True)
     try:
-        from wmzoo.envs.scripted import scripted_task
+        from wmzoo.envs.scripted import expert_policy, scripted_task
 
         task = scripted_task(probe)
+        policy = "scripted" if task is not None else "expert" if expert_policy(probe) is not None else "random"
         manifest = Manifest(
-            args, "scripted" if task is not None else "random", env_info(probe, env),
+            args, policy, env_info(probe, env),
             task.context_length if task is not None else None,
             task.query_length if task is not None else None, {},
         )
     finally:
         probe.close()
-    if task is None:
-        log(f"{env} has no scripted policy: recording a uniformly random policy")
+    if policy == "random":
+        log(f"{env} has no scripted policy or expert: recording a uniformly random policy")
     counts = manifest.counts
     for name in SPLITS:
         (root / name).mkdir(parents=True, exist_ok=True)

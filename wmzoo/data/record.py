@@ -3,10 +3,12 @@ reproducible chunk file.
 
 Rows follow :mod:`wmzoo.interfaces` (``n`` steps are ``n + 1`` rows). Besides the row arrays an
 episode holds what the env reports per observation: ``phase`` (0 context, 1 query) from
-``info["phase"]``, ``probe_<name>`` from ``info["probe"]`` and ``info_<key>`` for every numeric
-``info[key]`` (``info_teleport_to``: -1 where absent). Row ``t``'s extras come from the info
+``info["phase"]``, ``probe_<name>`` from ``info["probe"]``, ``mission`` (unicode) from MiniGrid's
+and BabyAI's ``info["mission"]`` and ``info_<key>`` for every numeric ``info[key]``
+(``info_teleport_to``: -1 where absent). Row ``t``'s extras come from the info
 returned with ``obs[t]`` (reset for row 0, step ``t - 1`` after). Episodes come from the env's
-scripted policy (:mod:`wmzoo.envs.scripted`) when it has one, else from a uniformly random policy.
+scripted policy (:mod:`wmzoo.envs.scripted`) when it has one, else from its expert, else from a
+uniformly random policy.
 :func:`write_episode` gives equal data equal bytes (fixed zip timestamps).
 """
 
@@ -33,21 +35,26 @@ def record_episode(
     """One episode of ``env`` from ``reset(seed=seed)`` as row arrays plus per-row extras.
 
     Actions come from the env's scripted policy when it has one (the episode then stops after
-    ``context_length + query_length`` rows at the latest), else uniformly at random from the
-    action space seeded with ``seed`` (``seed=None``: the env's next episode, the action space's
-    generator continued). ``max_steps`` caps the steps (rows: one more). Returns the arrays and
-    whether the policy was scripted.
+    ``context_length + query_length`` rows at the latest), else from its expert (BabyAI's bot,
+    :func:`wmzoo.envs.scripted.expert_policy`), else uniformly at random from the action space
+    seeded with ``seed`` (``seed=None``: the env's next episode, the action space's generator
+    continued). ``max_steps`` caps the steps (rows: one more). Returns the arrays and whether the
+    policy was scripted.
     """
-    from wmzoo.envs.scripted import scripted_task
+    from wmzoo.envs.scripted import expert_policy, scripted_task
 
     task = scripted_task(env)
+    expert = expert_policy(env) if task is None else None
     obs, info = env.reset(seed=seed)
     if task is None and seed is not None:
         env.action_space.seed(seed)
     limit = task.context_length + task.query_length if task is not None else None
     frames, infos, actions, rewards, terminals = [obs], [info], [], [], []
     while True:
-        action = task.scripted_action() if task is not None else env.action_space.sample()
+        if task is not None:
+            action = task.scripted_action()
+        else:
+            action = expert() if expert is not None else env.action_space.sample()
         obs, reward, terminated, truncated, info = env.step(action)
         frames.append(obs)
         infos.append(info)
@@ -85,6 +92,8 @@ def _info_arrays(infos: list[dict[str, Any]]) -> dict[str, np.ndarray]:
             raise WmzooError("the env gives info['probe'] on some steps only; it must give it on every step")
         for name in infos[0]["probe"]:
             out[f"probe_{name}"] = np.stack([np.asarray(i["probe"][name]) for i in infos])
+    if all(isinstance(i.get("mission"), str) for i in infos):  # MiniGrid / BabyAI: the instruction
+        out["mission"] = np.asarray([i["mission"] for i in infos], np.str_)
     keys = sorted({k for i in infos for k, v in i.items() if _numeric(v) and k not in ("phase", "probe")})
     for key in keys:
         values = [i.get(key) for i in infos]

@@ -31,6 +31,13 @@ MINIGRID_EXAMPLES = (
     "minigrid-fourrooms",
 )
 
+BABYAI_EXAMPLES = (
+    "babyai-goto-red-ball-grey",
+    "babyai-goto-local",
+    "babyai-pickup-loc",
+    "babyai-open-door",
+)
+
 
 def _lazy_make(module: str) -> Callable[..., gymnasium.Env]:
     """``make`` of ``wmzoo.envs.<module>``, imported at the first call."""
@@ -48,7 +55,8 @@ def _lazy_make(module: str) -> Callable[..., gymnasium.Env]:
 
 @hookimpl
 def wmzoo_envs() -> list[EnvEntry]:
-    """Atari (family ``atari-*``), Crafter, MiniGrid (family ``minigrid-*``) and Memory Maze."""
+    """Atari (family ``atari-*``), Crafter, MiniGrid (families ``minigrid-*``, ``babyai-*``) and
+    Memory Maze."""
     memory_maze = _lazy_make("memory_maze")
     return [
         EnvEntry(
@@ -75,6 +83,15 @@ def wmzoo_envs() -> list[EnvEntry]:
             extra="minigrid",
             description="MiniGrid tasks, 7x7 partial view rendered as RGB (tile size 8), 7 actions",
             examples=MINIGRID_EXAMPLES,
+        ),
+        EnvEntry(
+            name="babyai-*",
+            make=_lazy_make("minigrid"),
+            requires=("minigrid",),
+            extra="minigrid",
+            description="BabyAI levels: language missions (info['mission']), the 7x7 partial view as RGB, "
+            "7 actions; an expert (BabyAIBot) that wmzoo data generate records",
+            examples=BABYAI_EXAMPLES,
         ),
         *(
             EnvEntry(

@@ -12,6 +12,7 @@ through this protocol and never names a task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -35,3 +36,14 @@ def scripted_task(env: gym.Env) -> ScriptedTask | None:
     """The :class:`ScriptedTask` behind ``env``'s wrappers, or ``None`` when it has none."""
     inner: Any = env.unwrapped
     return inner if isinstance(inner, ScriptedTask) else None
+
+
+def expert_policy(env: gym.Env) -> Callable[[], Any] | None:
+    """The env's expert, where it has one: ``expert_action()`` on a wrapper or the unwrapped env
+    (BabyAI's bot, :class:`wmzoo.envs.minigrid.BabyAIExpert`), called after reset and after each
+    step for the action the expert takes now; ``None`` for an env without one. ``wmzoo data
+    generate`` records an env's scripted policy first, else its expert, else random actions."""
+    try:
+        return env.get_wrapper_attr("expert_action")
+    except AttributeError:
+        return None
