@@ -9,6 +9,8 @@ import math
 import pluggy
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wmzoo.agents.dreamer as dreamer
 from wmzoo.agents.dreamer import PRESETS, DreamerPolicy, DreamerSpec
@@ -16,6 +18,7 @@ from wmzoo.agents.returns import lambda_returns
 from wmzoo.errors import WmzooError
 from wmzoo.hookspecs import PROJECT, WmzooSpecs
 from wmzoo.interfaces import EnvInfo, Trajectory
+from wmzoo.nn import TwoHot
 from wmzoo.specs import OptimSpec, validate
 
 DISCRETE = EnvInfo("test-discrete", (3, 8, 8), 3)
@@ -302,3 +305,134 @@ def test_temperature_scales_the_spread_of_sampled_actions() -> None:
     mean = policy.act(features, {}, sample=False)[0]
     spread = [(policy.act(features, {}, temperature=t)[0] - mean).std() for t in (0.5, 0.25)]
     assert 1.7 < spread[0] / spread[1] < 2.3
+
+
+# --------------------------------------------------------------------------- the loss terms by hand
+
+
+def randomised(spec: DreamerSpec, env: EnvInfo = DISCRETE, seed: int = 0) -> DreamerPolicy:
+    """A policy whose critic and slow critic are random and differ from each other (the zero
+    critic and its identical slow copy would hide a value swapped for another)."""
+    torch.manual_seed(seed)
+    policy = DreamerPolicy(spec, (FEATURES,), env)
+    with torch.no_grad():
+        policy.critic.out.weight.normal_(0.0, 0.3)
+        policy.critic.out.bias.normal_(0.0, 0.3)
+        for p in policy.slow_critic.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    return policy
+
+
+def terminating(policy: DreamerPolicy, H: int = 5, B: int = 12, seed: int = 0, dtype: torch.dtype = torch.float32) -> Trajectory:
+    """Rewards ~ N(0, 10²) (a return spread far above 1) and rows that end mid-way."""
+    gen = torch.Generator().manual_seed(seed)
+    features = torch.randn(H + 1, B, FEATURES, generator=gen, dtype=dtype)
+    actions, _ = policy.act(features[:-1], {})
+    rewards = 10 * torch.randn(H, B, generator=gen, dtype=dtype)
+    conts = (torch.rand(H, B, generator=gen, dtype=dtype) > 0.2).to(dtype)
+    weights = torch.cat([torch.ones(1, B), conts.cumprod(0)])
+    return Trajectory(features, actions, rewards, conts, weights)
+
+
+def hand_actor_loss(policy: DreamerPolicy, traj: Trajectory, advantages: torch.Tensor) -> torch.Tensor:
+    """``−mean w (A · ln π(a) + η H[π])`` for given advantages."""
+    dist = policy.dist(traj.features[:-1])
+    w = traj.weights[:-1]
+    return -(w * (advantages * dist.log_prob(traj.actions) + policy.spec.entropy * dist.entropy())).mean()
+
+
+def test_actor_loss_uses_percentile_normalised_advantages_by_hand() -> None:
+    """A = (R − v) / max(1, P95 − P5) with the returns' spread well above 1 (return_norm_decay 0:
+    the normaliser's percentiles are this batch's). Bugs caught: the division by the return scale
+    dropped, R and v swapped (v − R), the scale multiplied instead of divided, the percentiles of
+    the values instead of the returns."""
+    spec = tiny(return_norm_decay=0.0, entropy=0.01)
+    policy = randomised(spec)
+    traj = terminating(policy)
+    with torch.no_grad():
+        values = policy.value(traj.features)
+        returns = lambda_returns(traj.rewards, traj.conts, values, spec.gamma, spec.lam)
+        low, high = torch.quantile(returns.flatten(), torch.tensor([0.05, 0.95]))
+    scale = (high - low).item()
+    assert scale > 5  # the division matters
+    assert values[:-1].abs().mean() > 0.1  # so does v
+    advantages = (returns - values[:-1]) / scale
+
+    actor_loss, _, metrics = copy.deepcopy(policy).losses(traj)
+    expected = hand_actor_loss(policy, traj, advantages)
+    torch.testing.assert_close(actor_loss, expected, rtol=1e-5, atol=1e-6)
+    assert metrics["return_scale"] == pytest.approx(scale, rel=1e-5)
+    assert metrics["advantage_std"] == pytest.approx(advantages.std(correction=0).item(), rel=1e-4)
+    # the same gradient reaches the actor
+    model = copy.deepcopy(policy)
+    model.losses(traj)[0].backward()
+    expected.backward()
+    for mine, theirs in zip(model.actor.parameters(), policy.actor.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-7)
+    # the comparison above tells the plausible bugs apart from the right loss
+    for wrong in ((returns - values[:-1]), (values[:-1] - returns) / scale, (returns - values[:-1]) * scale):
+        assert abs(hand_actor_loss(policy, traj, wrong).item() - actor_loss.item()) > 1e-3
+
+
+def test_critic_loss_is_returns_plus_slow_critic_regulariser_by_hand() -> None:
+    """critic = −mean w (ln p_v(R) + slow_reg · ln p_v(v_slow)) where the slow critic differs from
+    the critic. Bugs caught: the regulariser removed, computed with the fast critic's own values
+    (a no-op target), its weight ignored, or the returns bootstrapped from the slow critic."""
+    spec = tiny(slow_reg=0.7)
+    policy = randomised(spec)
+    traj = terminating(policy, seed=1)
+    features = traj.features
+    with torch.no_grad():
+        values = policy.value(features)
+        slow = TwoHot(policy.slow_critic(features[:-1])).mean()
+        returns = lambda_returns(traj.rewards, traj.conts, values, spec.gamma, spec.lam)
+    assert (slow - values[:-1]).abs().mean() > 0.1  # slow and fast critics really differ
+
+    def hand(target_values: torch.Tensor, weight: float) -> torch.Tensor:
+        critic = TwoHot(policy.critic(features[:-1]))
+        fit = critic.log_prob(returns) + weight * critic.log_prob(target_values)
+        return -(traj.weights[:-1] * fit).mean()
+
+    model = copy.deepcopy(policy)
+    _, critic_loss, _ = model.losses(traj)
+    expected = hand(slow, 0.7)
+    torch.testing.assert_close(critic_loss, expected, rtol=1e-5, atol=1e-6)
+    critic_loss.backward()
+    expected.backward()
+    for mine, theirs in zip(model.critic.parameters(), policy.critic.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-7)
+    assert all(p.grad is None for p in model.slow_critic.parameters())
+    with torch.no_grad():  # each plausible bug gives a loss the comparison above rejects
+        for wrong in (hand(slow, 0.0), hand(values[:-1], 0.7), hand(slow, 1.0)):
+            assert abs(wrong.item() - critic_loss.item()) > 1e-2
+
+
+@given(eta=st.floats(0.01, 1.0), seed=st.integers(0, 1000), discrete=st.booleans())
+@settings(max_examples=10, deadline=None)
+def test_entropy_bonus_lowers_the_actor_loss(eta: float, seed: int, discrete: bool) -> None:
+    """All else equal, an entropy coefficient η changes the actor loss by exactly −η · mean w H[π]:
+    the loss falls as the policy's entropy rises. Bugs caught: the bonus's sign flipped (a penalty
+    on exploration), the bonus dropped, or the entropy not weighted by w."""
+    env = DISCRETE if discrete else CONTINUOUS
+    policy = randomised(tiny(entropy=eta), env, seed).double()  # float64: the loss difference is small
+    traj = terminating(policy, seed=seed, dtype=torch.float64)
+    without = copy.deepcopy(policy)
+    without.spec = tiny(entropy=0.0)
+    with_bonus = copy.deepcopy(policy).losses(traj)[0]
+    plain = without.losses(traj)[0]
+    with torch.no_grad():
+        entropy = policy.dist(traj.features[:-1]).entropy()
+    bonus = (traj.weights[:-1] * entropy).mean()
+    torch.testing.assert_close(with_bonus - plain, -eta * bonus, rtol=1e-9, atol=1e-9)
+    if discrete:  # a categorical's entropy is positive, so the bonus lowers the loss
+        assert with_bonus < plain - 1e-3 * eta
+    # and a step down the bonus's own gradient (the difference of the two losses through one
+    # shared actor) raises the policy's entropy
+    a, b = copy.deepcopy(policy), copy.deepcopy(policy)  # `without` has updated its normaliser
+    b.spec, b.actor = without.spec, a.actor
+    (a.losses(traj)[0] - b.losses(traj)[0]).backward()
+    with torch.no_grad():
+        for p in a.actor.parameters():
+            p -= 1e-3 / eta * p.grad
+        after = a.dist(traj.features[:-1]).entropy()
+    assert (traj.weights[:-1] * after).mean() > bonus

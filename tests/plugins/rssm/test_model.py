@@ -233,6 +233,28 @@ def test_causality() -> None:
     assert not torch.allclose(feat_a[:, k + 1], feat_b[:, k + 1])
 
 
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=5, deadline=None)
+def test_features_carry_the_stochastic_latent(seed: int) -> None:
+    """features = [h_t, flat z_t], with z_t's straight-through gradient, and the decoder reads z_t.
+    Bug caught: the stochastic latent silently dropped from the features (zeros, detached, the
+    logits instead), so the decoder, heads and policy see the deterministic h_t only."""
+    model = tiny_model()
+    spec = model.spec
+    with torch.no_grad():
+        state = model.observe(make_batch(2, 3, seed=seed), sample=False)
+    g = torch.Generator().manual_seed(seed)
+    index = torch.randint(0, spec.classes, (2, spec.stoch), generator=g)
+    stoch = F.one_hot(index, spec.classes).float().requires_grad_()
+    feat = model.features({**state, "stoch": stoch})
+    torch.testing.assert_close(feat, torch.cat([state["deter"], stoch.detach().flatten(-2)], -1))
+    (grad,) = torch.autograd.grad(feat.sum(), stoch)
+    torch.testing.assert_close(grad, torch.ones_like(stoch))
+    other = F.one_hot((index + 1) % spec.classes, spec.classes).float()
+    with torch.no_grad():
+        assert not torch.equal(model.decoder(feat), model.decoder(model.features({**state, "stoch": other})))
+
+
 # --------------------------------------------------------------------------- TBTT
 
 
