@@ -163,3 +163,24 @@ def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any]
         TrainSpec.model_validate(merge(TRAIN_PRESETS[combo.train].model_dump(), dict(combo.schedule)))
     spec = world_model_spec(name, preset, overrides)
     check_world_model(build_world_model(name, spec, env), env)
+
+
+def check_stochastic_features(wm: WorldModel, state: State, seed: int = 0) -> None:
+    """For a world model whose state holds a deterministic ``deter`` and a one-hot ``stoch``
+    ``[B, stoch, classes]`` (RSSM, S4WM, TSSM-XL): its features are ``[deter, flat stoch]`` with
+    ``stoch``'s straight-through gradient, and the decoder reads ``stoch``. Catches the stochastic
+    latent silently dropped from the features (zeros, detached, the logits instead), so that the
+    decoder, heads and policy see the deterministic part only."""
+    import torch.nn.functional as F
+
+    B, stoch_dim, classes = state["stoch"].shape
+    g = torch.Generator().manual_seed(seed)
+    index = torch.randint(0, classes, (B, stoch_dim), generator=g)
+    stoch = F.one_hot(index, classes).float().requires_grad_()
+    feat = wm.features({**state, "stoch": stoch})
+    torch.testing.assert_close(feat, torch.cat([state["deter"], stoch.detach().flatten(-2)], -1))
+    (grad,) = torch.autograd.grad(feat.sum(), stoch)
+    torch.testing.assert_close(grad, torch.ones_like(stoch))
+    other = F.one_hot((index + 1) % classes, classes).float()
+    with torch.no_grad():
+        assert not torch.equal(wm.decoder(feat), wm.decoder(wm.features({**state, "stoch": other})))  # type: ignore[operator]

@@ -7,7 +7,6 @@ from functools import cache
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +16,7 @@ from wmzoo.nn import OneHotCategoricalST
 from wmzoo.nn.heads import masked_mean
 from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import default_registry
-from wmzoo.testing import check_backbone
+from wmzoo.testing import check_backbone, check_stochastic_features
 from wmzoo_plugins.s4wm import PRESETS, S4WMSpec, S4WMWorldModel, wmzoo_backbones
 from wmzoo_plugins.s4wm.s4 import S4DLayer
 
@@ -225,19 +224,9 @@ def test_features_carry_the_stochastic_latent(seed: int, v: dict) -> None:
     Bug caught: the stochastic latent silently dropped from the features (zeros, detached, the
     logits instead), so the decoder, heads and policy see the deterministic h_t only."""
     model = variant(v)
-    spec = model.spec
     with torch.no_grad():
         state = model.observe(make_batch(2, 3, seed=seed), sample=False)
-    g = torch.Generator().manual_seed(seed)
-    index = torch.randint(0, spec.classes, (2, spec.stoch), generator=g)
-    stoch = F.one_hot(index, spec.classes).float().requires_grad_()
-    feat = model.features({**state, "stoch": stoch})
-    torch.testing.assert_close(feat, torch.cat([state["deter"], stoch.detach().flatten(-2)], -1))
-    (grad,) = torch.autograd.grad(feat.sum(), stoch)
-    torch.testing.assert_close(grad, torch.ones_like(stoch))
-    other = F.one_hot((index + 1) % spec.classes, spec.classes).float()
-    with torch.no_grad():
-        assert not torch.equal(model.decoder(feat), model.decoder(model.features({**state, "stoch": other})))
+    check_stochastic_features(model, state, seed)
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
