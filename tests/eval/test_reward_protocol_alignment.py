@@ -12,56 +12,34 @@ scored rows) misses by at least 1 > 0.5.
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import Tensor, nn
+from memory_fakes import KnownModel
+from torch import Tensor
 
 from wmzoo.eval.memory import _batch, reward_accuracy
-from wmzoo.interfaces import EnvInfo, State, Step, WorldModel
-from wmzoo.specs import OptimSpec, WorldModelSpec
+from wmzoo.interfaces import EnvInfo, State, Step
 
 ENV = EnvInfo("steps", (3, 4, 4), 3)
 
 
-class StepModel(WorldModel):
-    """Counts the rows it filtered (``seen``) and the steps it imagined since (``k``); the
-    transition out of that state under ``a`` is step ``t = seen − 1 + k``, its reward ``10 t + a``."""
+class StepModel(KnownModel):
+    """:class:`memory_fakes.KnownModel`'s counters: the rows it filtered (``seen``) and the steps it
+    imagined since (``k``); the transition out of that state under ``a`` is step
+    ``t = seen − 1 + k``, its reward ``10 t + a``."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.env, self.spec = ENV, WorldModelSpec()
-        self.feature_shape = (2,)
-        self.dummy = nn.Parameter(torch.zeros(1))
-
-    def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
-        return {"model": ([self.dummy], OptimSpec())}
-
-    def initial_state(self, batch_size: int) -> State:
-        return {"seen": torch.zeros(batch_size), "k": torch.zeros(batch_size)}
-
-    def loss(self, batch: Any, carry: State | None = None) -> Any:
-        raise NotImplementedError
-
-    def observe_step(self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor) -> State:
-        seen = torch.where(is_first, torch.zeros_like(state["seen"]), state["seen"]) + 1
-        return {"seen": seen, "k": torch.zeros_like(state["k"])}
+        super().__init__(ENV)
 
     def imagine_step(self, state: State, action: Tensor) -> Step:
         step = state["seen"] - 1 + state["k"]
         reward = 10 * step + action.float()
         new = {"seen": state["seen"], "k": state["k"] + 1}
         return Step(new, reward, torch.ones_like(reward), self.features(new))
-
-    def features(self, state: State) -> Tensor:
-        return torch.stack([state["seen"], state["k"]], -1)
-
-    def decode(self, state: State) -> Tensor:
-        return torch.zeros(state["seen"].shape[0], *ENV.obs_shape, dtype=torch.uint8)
 
 
 def episode(actions: list[int], scored: list[int], missed: list[int]) -> dict[str, np.ndarray]:
