@@ -373,7 +373,8 @@ def evaluate_memory(
     wm.eval()
     stream = iter_episodes(data, split, episodes)
     skipped: list[int] = []
-    if context is not None and protocol != "probing":
+    fixed_context = context is not None and protocol != "probing"  # --context given: count what it leaves out
+    if fixed_context:
         stream = long_enough(stream, manifest, skipped)
     if protocol == "imagination":
         results = imagination_metrics(wm, batches(stream, manifest))
@@ -387,7 +388,7 @@ def evaluate_memory(
         results = _probing(agent, data, split, episodes)
     payload = {"protocol": protocol, "checkpoint": str(checkpoint), "data": str(data), "split": split,
                "env": manifest.args.env, "backbone": agent.run.backbone, **results}
-    if context is not None and protocol != "probing":
+    if fixed_context:
         payload["skipped_episodes"] = len(skipped)  # too short for --context: no query row
         if skipped:
             log(f"left out {len(skipped)} episodes of at most {context} rows (no query row after --context {context})")

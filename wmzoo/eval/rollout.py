@@ -55,7 +55,8 @@ def evaluate(
     try:
         for episode in range(episodes):
             obs, info = env.reset(seed=seed + episode)
-            env.action_space.seed(seed + episode)
+            if uniform:
+                env.action_space.seed(seed + episode)
             agent.reset_acting()
             first, total, steps, done = True, 0.0, 0, False
             while not done and steps < max_steps:
