@@ -25,6 +25,8 @@ EPILOG = """examples:
   wmzoo run --logdir runs/mem --resume
   wmzoo run --offline data/dm100 --env distracting-memory-100 --steps 1000 --logdir runs/dm
   wmzoo run --logdir runs/dm --resume --steps 2000
+  wmzoo data generate --env babyai-goto-local --episodes 1000 --size 32 --out data/gotolocal
+  wmzoo run --backbone tokenwm --imitation data/gotolocal --steps 2000 --logdir runs/bc
   wmzoo eval --checkpoint runs/mem/checkpoint.safetensors --episodes 5
   wmzoo imagine --checkpoint runs/mem/checkpoint.safetensors --out mem.gif
   wmzoo bench --backbones rssm:tiny,rssm:small --mode train --batch 4 --seq-len 64
@@ -72,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --logdir (an offline one on its recorded data)")
     p.add_argument("--offline", metavar="DIR", help="train only the world model on recorded episodes in DIR")
+    p.add_argument("--imitation", metavar="DIR",
+                   help="train the world model and an imitation policy together on the demonstrations "
+                   "of the dataset DIR (wmzoo data generate; TokenWM's eq. 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("eval", help="returns of a checkpoint's policy in its real environment")
@@ -235,30 +240,38 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from wmzoo.config import check_fits_in_memory, run_spec
+    from wmzoo.train.imitation import train_imitation
     from wmzoo.train.loop import train_offline, train_online
 
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"train.steps={args.steps}")
+    if args.offline and args.imitation:
+        raise WmzooError("--offline trains a world model alone, --imitation a world model and a policy: pass one")
+    quiet = not args.no_progress
     if args.resume:
-        run, logdir, data = _resumed_run(args, overrides)
-        if data is None:
-            path = train_online(run, logdir, resume=True, show_progress=not args.no_progress)
+        run, logdir, data, imitation = _resumed_run(args, overrides)
+        if imitation:
+            path = train_imitation(run, data, logdir, updates=run.train.steps, resume=True, show_progress=quiet)
+        elif data is None:
+            path = train_online(run, logdir, resume=True, show_progress=quiet)
         else:
-            path = train_offline(run, data, logdir, updates=run.train.steps, resume=True,
-                                 show_progress=not args.no_progress)
+            path = train_offline(run, data, logdir, updates=run.train.steps, resume=True, show_progress=quiet)
         print(f"checkpoint: {path}")
         return 0
-    env = args.env
-    if args.offline and env is None:  # the recorded env, so eval and imagine use the same one
-        from wmzoo.data.dataset import recorded_env_info
+    env, data = args.env, args.offline or args.imitation
+    if data and env is None:  # the recorded env, so eval and imagine use the same one
+        from wmzoo.data.dataset import recorded_env_info, training_dir
 
-        recorded = recorded_env_info(args.offline)
+        recorded = recorded_env_info(training_dir(data))
         env = recorded.name if recorded is not None else None
-    run = run_spec(args.backbone, env, args.preset, args.policy, args.seed, args.config, overrides)
+    run = run_spec(args.backbone, env, args.preset, args.policy, args.seed, args.config, overrides,
+                   imitation=bool(args.imitation))
     check_fits_in_memory(run)
     logdir = Path(args.logdir or f"runs/{run.backbone}-{run.env}-{run.preset}")
-    if args.offline:
+    if args.imitation:
+        path = train_imitation(run, Path(args.imitation), logdir, updates=run.train.steps, show_progress=quiet)
+    elif args.offline:
         path = train_offline(run, Path(args.offline), logdir, updates=run.train.steps,
                              show_progress=not args.no_progress)
     else:
@@ -269,10 +282,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path, Path | None]:
-    """The run recorded in ``--logdir`` with the ``--set`` fields that may change on resume, and
-    the data of an offline run (``--offline``, else the recorded one; ``None``: an online run);
-    anything else is refused before a file is written."""
+def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path, Path | None, bool]:
+    """The run recorded in ``--logdir`` with the ``--set`` fields that may change on resume, the
+    data of an offline or imitation run (``--offline`` / ``--imitation``, else the recorded one;
+    ``None``: an online run) and whether it is an imitation run; anything else is refused before
+    a file is written."""
     from wmzoo.config import resume_spec
     from wmzoo.specs import RESUMABLE_TRAIN_FIELDS, load_config
     from wmzoo.train.rundir import recorded_data
@@ -283,8 +297,9 @@ def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpe
     recorded = recorded_data(logdir)
     fixed = [f"--{name}" for name in ("backbone", "env", "preset", "policy", "seed", "config")
              if getattr(args, name) is not None]
-    if args.offline is not None and recorded is None:  # an offline run may name its data (moved)
-        fixed.append("--offline")
+    moved = args.offline or args.imitation
+    if moved is not None and recorded is None:  # an offline run may name its data (moved)
+        fixed.append("--offline" if args.offline else "--imitation")
     if fixed:
         raise WmzooError(
             f"--resume continues the run recorded in {logdir / 'run.yaml'}; {', '.join(fixed)} cannot "
@@ -293,8 +308,10 @@ def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpe
     if not (logdir / "checkpoint.safetensors").is_file():
         raise WmzooError(f"--resume: {logdir} holds no checkpoint.safetensors to continue from")
     saved = load_config(logdir / "run.yaml", what="--resume: ")
-    data = Path(args.offline) if args.offline is not None else Path(recorded["data"]) if recorded else None
-    return resume_spec(saved, overrides, source=str(logdir / "run.yaml")), logdir, data
+    imitation = bool(recorded and recorded.get("mode") == "imitation")
+    where = recorded and (recorded["root"] if imitation else recorded["data"])
+    data = Path(moved) if moved is not None else Path(where) if where else None
+    return resume_spec(saved, overrides, source=str(logdir / "run.yaml")), logdir, data, imitation
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -338,6 +355,8 @@ def _print_summary(summary: dict[str, Any], episodes: int, prefix: str) -> None:
     if "crafter_score" in summary:
         rates = ", ".join(f"{name} {rate:.0f}%" for name, rate in summary["success_rates"].items())
         print(f"{prefix}Crafter score: {summary['crafter_score']:.2f}% (success rates: {rates})")
+    if "success_rate" in summary:
+        print(f"{prefix}success rate: {summary['success_rate']:.1f}% of {episodes} episodes")
 
 
 def cmd_imagine(args: argparse.Namespace) -> int:

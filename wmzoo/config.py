@@ -63,9 +63,11 @@ def run_spec(
     seed: int | None = None,
     config: str | Path | None = None,
     overrides: Iterable[str] | Mapping[str, Any] = (),
+    imitation: bool = False,
 ) -> RunSpec:
     """Build and validate a new run. ``overrides`` are ``"train.steps=500"`` strings or a mapping
-    of dotted keys; a name not given comes from the config file, else :data:`DEFAULTS`."""
+    of dotted keys; a name not given comes from the config file, else :data:`DEFAULTS`. The
+    default policy is the backbone's own, or with ``imitation`` its imitation policy."""
     file = load_config(config) if config else {}
     unknown = set(file) - set(RunSpec.model_fields)
     if unknown:
@@ -80,7 +82,7 @@ def run_spec(
     preset_name = preset_name or file.get("preset") or DEFAULTS["preset"]
     registry = default_registry()
     entry = registry.backbone(backbone)
-    policy = policy or file.get("policy_name") or entry.default_policy
+    policy = policy or file.get("policy_name") or (entry.imitation_policy if imitation else entry.default_policy)
     registry.env(env)  # unknown names fail here, before anything is built
     registry.policy(policy)
 

@@ -82,6 +82,9 @@ class BackboneEntry:
     ``paper-2d`` world model with the ``paper`` policy and trainer) or replaces a standard one
     (REM's ``paper`` with its own schedule). Nothing is inferred from the spelling of a name.
 
+    ``imitation_policy`` is the policy ``wmzoo run --imitation`` trains by default (``bc``,
+    behaviour cloning on the features; a backbone may register its own, as TokenWM does).
+
     ``width`` (optional) is the :class:`WidthKnob` a parameter-matched study turns; a backbone
     without one runs at its preset's size and the study's report says so.
     """
@@ -91,6 +94,7 @@ class BackboneEntry:
     presets: Mapping[str, WorldModelSpec]
     build: Callable[[WorldModelSpec, EnvInfo], WorldModel]
     default_policy: str = "dreamer"
+    imitation_policy: str = "bc"
     description: str = ""
     paper: str = ""
     run_presets: Mapping[str, RunPreset] = field(default_factory=dict)

@@ -184,6 +184,10 @@ class TrainOutput:
     start_cont: Tensor  # [N] whether each start state is non-terminal (1.0) or terminal (0.0)
     carry: State | None = None  # last state of each row, detached, when training is stateful
     burn_in: BurnIn | None = None  # the real context of each start, for recurrent policies
+    # [B, T, *F] the features of every step of the batch from this pass, with their gradient (what
+    # a policy trained with the world model reads: imitation, ``wmzoo run --imitation``); None:
+    # this backbone does not expose them
+    features: Tensor | None = None
 
 
 @dataclass
@@ -330,6 +334,13 @@ class Policy(nn.Module, ABC):
     def initial_state(self, batch_size: int) -> State:
         """Recurrent policy state (empty for feed-forward policies)."""
         return {}
+
+    def condition(self, info: dict[str, Any]) -> Tensor | None:
+        """The condition ``c`` of an episode for a policy π(a | features, c), from the env's
+        reset ``info`` (an instruction: BabyAI's ``info["mission"]``), batch first ``[1, ...]``;
+        :meth:`act` then finds it in its state as ``state["condition"]``. ``None`` (the default):
+        the policy is unconditioned."""
+        return None
 
     def burn_in(self, context: BurnIn) -> State:
         """The policy state at imagination start after the real steps of ``context`` (called

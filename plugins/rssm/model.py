@@ -259,6 +259,7 @@ class RSSMWorldModel(LatentWorldModel):
             start=flatten_state(detach_state(index_state(post, (slice(None), starts)))),
             start_cont=start_conts(batch)[:, starts].reshape(-1),
             carry=detach_state(last) if spec.tbtt else None,
+            features=feat,
         )
 
 

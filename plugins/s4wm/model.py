@@ -244,6 +244,7 @@ class S4WMWorldModel(WorldModel):
             start=flatten_state(detach_state({**index_state(post, (slice(None), starts)), **every})),
             start_cont=start_conts(batch)[:, starts].reshape(-1),
             carry=detach_state(last) if spec.carry_state else None,
+            features=feat,
         )
 
     # -- recurrent form (algorithm 2) ---------------------------------------------------------

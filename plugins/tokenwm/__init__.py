@@ -1,5 +1,6 @@
 """The ``tokenwm`` backbone (TokenWM: a set of tokens as the recurrent latent state, a memory
-bank, a perceiver decoder) and its policy ``tokenwm-ac``.
+bank, a perceiver decoder) and its policies: ``tokenwm-bc`` (imitation, the paper's) and
+``tokenwm-ac`` (actor-critic in imagination).
 
 Registers through the same ``wmzoo`` entry-point hook a third-party package uses.
 """
@@ -10,8 +11,9 @@ from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
 
 from .blocks import Attention, CrossBlock, FeedForward, FiLM, FiLMBlock, PerceiverReadout, ViTEncoder, push
 from .model import PRESETS, TokenWMSpec, TokenWMWorldModel
+from .policy import IMITATION as IMITATION_PRESETS
 from .policy import PRESETS as POLICY_PRESETS
-from .policy import TokenWMPolicy, TokenWMPolicySpec
+from .policy import TokenWMImitationPolicy, TokenWMImitationSpec, TokenWMPolicy, TokenWMPolicySpec
 
 
 @hookimpl
@@ -23,6 +25,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             presets=PRESETS,
             build=TokenWMWorldModel,
             default_policy="tokenwm-ac",
+            imitation_policy="tokenwm-bc",
             description="TokenWM: N_h state tokens, FiLM prior, cross-attention posterior, memory bank of "
             "past states, perceiver decoder; deterministic (L2 information bottleneck)",
             paper="Zhai, Zhang, Navab, Recurrent World Model with Tokenized Latent States (TokenWM), section 3, table 2",
@@ -41,11 +44,20 @@ def wmzoo_policies() -> list[PolicyEntry]:
             build=TokenWMPolicy,
             description="DreamerV3's actor-critic learning with TokenWM's policy network (3.6): perceiver "
             "queries over the state tokens h*, then MLPs",
-        )
+        ),
+        PolicyEntry(
+            name="tokenwm-bc",
+            spec=TokenWMImitationSpec,
+            presets=IMITATION_PRESETS,
+            build=TokenWMImitationPolicy,
+            description="behaviour cloning with TokenWM's policy network (3.6), instruction-conditioned, "
+            "trained jointly with the world model (eq. 1; wmzoo run --imitation)",
+        ),
     ]
 
 
 __all__ = [
+    "IMITATION_PRESETS",
     "POLICY_PRESETS",
     "PRESETS",
     "Attention",
@@ -54,6 +66,8 @@ __all__ = [
     "FiLM",
     "FiLMBlock",
     "PerceiverReadout",
+    "TokenWMImitationPolicy",
+    "TokenWMImitationSpec",
     "TokenWMPolicy",
     "TokenWMPolicySpec",
     "TokenWMSpec",

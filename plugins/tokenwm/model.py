@@ -26,8 +26,8 @@ Loss (3.7, eq. 1), with the reward and continue heads of the RL extension::
 Eq. 1 calls the state weight α and the reconstruction weight β, but table 2 lists α = 10 as the
 *reconstruction* weight and β = 0.1 as the *state* weight; the fields are named by what they
 weigh and take table 2's values (state 0.1, reconstruction 10). Squared norms are means over the
-elements (tokens × width, pixels). Eq. 1's imitation term −γ log π(a_t | h*_t, c) belongs to
-the imitation mode, not to this loss.
+elements (tokens × width, pixels). Eq. 1's imitation term −γ log π(a_t | h*_t, c) is added by the imitation trainer
+(``wmzoo run --imitation``, :mod:`wmzoo.train.imitation`) on the h* this loss returns.
 
 Choices where the paper is silent (each a field where it is a value):
     * z_t is the frame's pixels cut into p × p patches: the paper decodes "the original
@@ -281,6 +281,7 @@ class TokenWMWorldModel(WorldModel):
             metrics=dict(zip(metrics, torch.stack([m.detach().float() for m in metrics.values()]).tolist())),
             start=flatten_state(detach_state(index_state(states, (slice(None), starts)))),
             start_cont=start_conts(batch)[:, starts].reshape(-1),
+            features=hstar,  # h*_t, what π(a_t | h*_t, c) reads (eq. 1)
         )
 
 

@@ -240,6 +240,7 @@ class TSSMXLWorldModel(LatentWorldModel):
             start=flatten_state(start),
             start_cont=start_conts(batch)[:, steps].reshape(-1),
             carry=detach_state(self.dynamics.last_state(post, xl)),
+            features=feat,
         )
 
 

@@ -129,3 +129,26 @@ def test_babyai_expert_solves_every_episode_with_its_mission_recorded(name: str,
     env.reset(seed=3)
     rewards = [env.step(int(a))[1] for a in data["action"][:-1]]
     assert rewards[-1] == data["reward"][-2] > 0
+
+
+def test_success_is_the_mission_done_not_the_episode_over() -> None:
+    # catches: success read from the episode ending (a time-out truncates with no reward) or set
+    # before the step that does the mission
+    from wmzoo.envs.scripted import expert_policy
+
+    env = make("babyai-goto-local", seed=0, size=16)
+    env.reset(seed=4)
+    expert = expert_policy(env)
+    flags = []
+    done = False
+    while not done:
+        _, _, terminated, truncated, info = env.step(expert())
+        flags.append(info["success"])
+        done = terminated or truncated
+    assert flags == [False] * (len(flags) - 1) + [True]
+    env.reset(seed=4)
+    done, steps = False, 0
+    while not done:  # turning on the spot never reaches the object: the step limit truncates
+        _, reward, terminated, truncated, info = env.step(0)
+        done, steps = terminated or truncated, steps + 1
+    assert truncated and not terminated and info["success"] is False and reward == 0

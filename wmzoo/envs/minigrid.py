@@ -4,7 +4,7 @@ Protocol: the registered ``MiniGrid-<Task>-v<k>`` (``minigrid-<task>``) or ``Bab
 (``babyai-<level>``) env, ``RGBImgPartialObsWrapper(tile_size=8)`` + ``ImgObsWrapper`` (the
 7x7-cell egocentric view as a 56x56 RGB image), resized to ``size x size``; MiniGrid's 7 actions
 and its own step limit (truncation). The mission string, which the image does not show, is in
-``info["mission"]``. A BabyAI level also has an expert, minigrid's ``BabyAIBot`` (a planner that
+``info["mission"]``; whether the episode succeeded in ``info["success"]``. A BabyAI level also has an expert, minigrid's ``BabyAIBot`` (a planner that
 reads the full grid): ``expert_action()`` on the env (:func:`wmzoo.envs.scripted.expert_policy`), so
 ``wmzoo data generate`` records demonstrations of it.
 """
@@ -52,7 +52,9 @@ def resolve(name: str) -> str:
 
 
 class MissionInfo(gym.Wrapper):
-    """Put the mission string in ``info["mission"]`` at every reset and step."""
+    """Put the mission string in ``info["mission"]`` at every reset and step, and at every step
+    ``info["success"]``: the episode ended with the mission done (MiniGrid and BabyAI terminate
+    with a positive reward exactly then; a time-out truncates with none)."""
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -62,7 +64,7 @@ class MissionInfo(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        info = {**info, "mission": self.env.unwrapped.mission}
+        info = {**info, "mission": self.env.unwrapped.mission, "success": bool(terminated and reward > 0)}
         return obs, float(reward), terminated, truncated, info
 
 

@@ -58,12 +58,14 @@ def evaluate(
             if uniform:
                 env.action_space.seed(seed + episode)
             agent.reset_acting()
+            condition = agent.policy.condition(info)  # the episode's instruction, for a conditioned policy
             first, total, steps, done = True, 0.0, 0, False
             while not done and steps < max_steps:
                 if uniform:
                     action = env.action_space.sample()
                 else:
-                    action = agent.act(obs[None], np.array([first]), sample=sample, temperature=temperature)[0]
+                    action = agent.act(obs[None], np.array([first]), sample=sample, temperature=temperature,
+                                       condition=condition)[0]
                 obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 steps += 1
@@ -115,7 +117,9 @@ def unlocked(info: dict[str, Any]) -> list[str] | None:
 
 def summarize(env: str, results: list[EpisodeResult]) -> dict[str, Any]:
     """``mean_return``; ``human_normalized_score`` for Atari 100k games; ``success_rates`` (percent
-    per achievement) and ``crafter_score`` when every episode reports achievements."""
+    per achievement) and ``crafter_score`` when every episode reports achievements; ``success_rate``
+    (percent of episodes) where the env's last ``info`` says whether the task was done
+    (``info["success"]``: MiniGrid and BabyAI)."""
     from wmzoo.envs.atari import human_normalized_score
     from wmzoo.eval.metrics import crafter_score, success_rates
 
@@ -129,6 +133,8 @@ def summarize(env: str, results: list[EpisodeResult]) -> dict[str, Any]:
         rates = success_rates([r.achievements or [] for r in results], names)
         out["success_rates"] = rates
         out["crafter_score"] = crafter_score(rates)
+    if results and all(isinstance(r.info.get("success"), bool) for r in results):
+        out["success_rate"] = 100.0 * float(np.mean([r.info["success"] for r in results]))
     return out
 
 

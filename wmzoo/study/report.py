@@ -38,16 +38,22 @@ REPORT = "report"
 VIDEO_CONTEXT, VIDEO_HORIZON = 8, 24
 
 
-def cell_score(cell: Cell, out: Path, offline: bool) -> tuple[str, float] | None:
-    """``(score name, value)`` of a done cell from its own evaluation file; None when not done."""
+def cell_score(cell: Cell, out: Path, mode: str) -> tuple[str, float] | None:
+    """``(score name, value)`` of a done cell from its own evaluation file; None when not done.
+    ``mode`` (:attr:`~wmzoo.study.spec.Budget.mode`): ``offline`` cells are scored on the dataset
+    (Gen. MSE), the others by their ``wmzoo eval`` episodes; ``imitation`` cells by the success rate
+    where the env reports one (the TokenWM paper's score)."""
     path = out / cell.path
     if cell_record(path).get("state") != "done":
         return None
+    offline = mode == "offline"
     file = path / "eval" / "imagination.json" if offline else path / "eval.json"
     try:
         record = json.loads(file.read_text())
         if offline:
             return "gen_mse", float(record["gen_mse"])
+        if mode == "imitation" and "success_rate" in record:
+            return "success_rate", float(record["success_rate"])
         if "human_normalized_score" in record:
             return "human_normalized_score", float(record["human_normalized_score"])
         return "mean_return", float(record["mean_return"])
@@ -61,17 +67,17 @@ def collect(study: StudySpec, cells: Sequence[Cell], out: Path) -> tuple[str, di
     table: dict[str, dict[str, dict[int, float]]] = {label: {} for label in study.labels()}
     names = set()
     for cell in cells:
-        scored = cell_score(cell, out, study.budget.offline)
+        scored = cell_score(cell, out, study.budget.mode)
         if scored is not None:
             names.add(scored[0])
             table[cell.label].setdefault(cell.env, {})[cell.seed] = scored[1]
     if len(names) > 1:  # some envs human-normalised, some not: the common denominator
         names = {"mean_return"}
         for cell in cells:
-            record = cell_score(cell, out, False) and json.loads((out / cell.path / "eval.json").read_text())
+            record = cell_score(cell, out, "online") and json.loads((out / cell.path / "eval.json").read_text())
             if record:
                 table[cell.label][cell.env][cell.seed] = float(record["mean_return"])
-    return (names.pop() if names else ("gen_mse" if study.budget.offline else "mean_return")), table
+    return (names.pop() if names else ("mean_return" if study.budget.in_env else "gen_mse")), table
 
 
 def per_env(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -311,14 +317,14 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
                 "width": cell.width, "knob": registry.backbone(cell.backbone).width is not None,
             }
     report: dict[str, Any] = {
-        "study": study.name, "mode": "offline" if study.budget.offline else "online",
+        "study": study.name, "mode": study.budget.mode,
         "budget": study.budget.model_dump(), "params_target": study.params,
         "score": score, "higher_is_better": higher, "cells": {k: v for k, v in sorted(states.items())},
         "parameters": params, "per_env": per_env(table), "incomplete": incomplete,
         **statistics(matrices, score, higher, reps),
         "curves": curves(study, cells, out),
     }
-    if study.budget.offline:
+    if study.budget.mode == "offline":
         report["memory"] = memory_metrics(cells, out)
     if bench:
         report["efficiency"] = efficiency(study, cells)
@@ -374,7 +380,7 @@ def write_report(out: str | Path, reps: int = 10_000, bench: bool = True, video:
 
 
 SCORE_LABELS = {"mean_return": "mean return", "human_normalized_score": "human-normalised score",
-                "gen_mse": "Gen. MSE"}
+                "gen_mse": "Gen. MSE", "success_rate": "success rate (%)"}
 
 
 def _ci(d: Mapping[str, float], key: str = "mean") -> str:
@@ -387,8 +393,10 @@ def markdown(report: Mapping[str, Any]) -> str:
     better = "higher" if report["higher_is_better"] else "lower"
     lines = [f"# Study: {report['study']}", ""]
     budget = report["budget"]
-    what = (f"{budget['updates']:,} world-model updates per cell on one dataset per env "
-            f"({budget['episodes']} episodes, {budget['size']}x{budget['size']})" if report["mode"] == "offline"
+    trained = {"offline": "world-model updates", "imitation": "updates of world model and imitation policy "
+               "together (wmzoo run --imitation)"}.get(report["mode"])
+    what = (f"{budget['updates']:,} {trained} per cell on one dataset per env "
+            f"({budget['episodes']} episodes, {budget['size']}x{budget['size']})" if trained
             else f"{budget['steps']:,} env steps per cell")
     lines += [f"Mode: {report['mode']}, {what}. Score: {score} ({better} is better). "
               "Intervals are 95 %: Student t over seeds per env, stratified bootstrap for aggregates.", ""]

@@ -200,11 +200,11 @@ def cell_commands(cell: Cell, study: StudySpec, out: Path) -> tuple[list[str], l
     train = ["run", "--backbone", cell.backbone, "--env", cell.env, "--preset", cell.preset,
              "--seed", str(cell.seed), "--steps", steps, *sets, "--logdir", str(path), "--no-progress"]
     if budget.offline:
-        train += ["--offline", str(data_dir(out, cell.env))]
+        train += ["--imitation" if budget.imitation else "--offline", str(data_dir(out, cell.env))]
     resume = ["run", "--logdir", str(path), "--resume", "--steps", steps, "--no-progress"]
     checkpoint = str(path / "checkpoint.safetensors")
     E = study.eval
-    if budget.offline:
+    if not budget.in_env:
         evaluate = [["evaluate", "--checkpoint", checkpoint, "--protocol", "imagination",
                      "--data", str(data_dir(out, cell.env)), "--out", str(path / "eval"),
                      "--context", str(E.context)]

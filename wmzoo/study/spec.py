@@ -32,6 +32,11 @@ class BackboneChoice(Spec):
 
     name: str = Field(description="backbone name, optionally with :PRESET (default: the study's preset)")
     set: dict[str, Any] = Field(default_factory=dict, description="--set KEY=VALUE fields for this backbone")
+    row: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.:+-]+$",
+        description="its name in the report (default: backbone:preset); name a backbone listed twice with "
+        "other --set fields, e.g. an ablation (letters, digits and _ . : + -)",
+    )
 
     @property
     def backbone(self) -> str:
@@ -41,8 +46,8 @@ class BackboneChoice(Spec):
         return self.name.split(":", 1)[1] if ":" in self.name else default
 
     def label(self, default: str) -> str:
-        """``backbone:preset``, the name of its cells and of its row in the report."""
-        return f"{self.backbone}:{self.preset(default)}"
+        """``row``, else ``backbone:preset``: the name of its cells and of its row in the report."""
+        return self.row or f"{self.backbone}:{self.preset(default)}"
 
 
 class Budget(Spec):
@@ -56,25 +61,43 @@ class Budget(Spec):
     episodes: int = Field(200, ge=5, description="offline: episodes of each env's dataset (80/10/10 split; 5 gives one test episode)")
     size: int = Field(64, ge=8, le=256, description="offline: image size of the datasets")
     data_seed: int = Field(0, ge=0, description="offline: episode i of a dataset is reset with data_seed + i")
+    imitation: bool = Field(
+        False, description="offline: train each backbone's imitation policy with its world model on the "
+        "datasets' demonstrations (wmzoo run --imitation) and score cells by eval episodes in the env "
+        "(success rate where the env reports one)",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Budget:
         if (self.steps is None) == (self.updates is None):
             raise ValueError("give exactly one of steps (online env steps) or updates (offline updates)")
+        if self.imitation and self.updates is None:
+            raise ValueError("imitation trains on recorded demonstrations: give updates, not steps")
         return self
 
     @property
     def offline(self) -> bool:
         return self.updates is not None
 
+    @property
+    def mode(self) -> str:
+        """``online``, ``offline`` (a world model alone) or ``imitation``."""
+        return "imitation" if self.imitation else "offline" if self.offline else "online"
+
+    @property
+    def in_env(self) -> bool:
+        """Cells are scored by episodes in the env (``wmzoo eval``), not on the dataset."""
+        return not self.offline or self.imitation
+
 
 class EvalSpec(Spec):
-    """How each finished cell is scored. Online cells: mean return over ``episodes`` evaluation
-    episodes (greedy, or sampled at ``temperature``). Offline cells: the s4wm paper's memory
+    """How each finished cell is scored. Online and imitation cells: mean return (success rate
+    where the env reports one) over ``episodes`` evaluation episodes (greedy, or sampled at
+    ``temperature``). Offline cells: the s4wm paper's memory
     protocols on the dataset's test split (Gen. MSE of ``imagination``; ``reward`` accuracy on
     Distracting Memory), ``context`` observed frames where the env has no context phase."""
 
-    episodes: int = Field(10, ge=1, le=100_000, description="online: evaluation episodes per cell")
+    episodes: int = Field(10, ge=1, le=100_000, description="online, imitation: evaluation episodes per cell")
     temperature: float | None = Field(None, gt=0, description="online: sample at T (null: greedy)")
     max_steps: int = Field(1000, ge=1, description="online: cap on steps per evaluation episode")
     seed: int = Field(10_000, ge=0, description="online: evaluation episode i is reset with seed + i")

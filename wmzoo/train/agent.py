@@ -111,7 +111,7 @@ class Agent(nn.Module):
     @torch.no_grad()
     def act(
         self, obs: np.ndarray, is_first: np.ndarray, sample: bool = True, actions: np.ndarray | None = None,
-        override: np.ndarray | None = None, temperature: float = 1.0,
+        override: np.ndarray | None = None, temperature: float = 1.0, condition: torch.Tensor | None = None,
     ) -> np.ndarray:
         """Actions for ``N`` envs from their current observations ``uint8 [N, C, H, W]``.
 
@@ -139,7 +139,9 @@ class Agent(nn.Module):
         if pstate:
             pstate = reset_state(pstate, self.policy.initial_state(n), first)
         extra = {"temperature": temperature} if temperature != 1.0 else {}
-        action, pstate = self.policy.act(self.world_model.features(state), pstate, sample=sample, **extra)
+        given = pstate if condition is None else {**pstate, "condition": condition.to(self.device)}
+        action, pstate = self.policy.act(self.world_model.features(state), given, sample=sample, **extra)
+        pstate.pop("condition", None)  # given anew at every step, never carried
         if actions is not None:
             forced = torch.as_tensor(actions, dtype=self.env.action_dtype, device=self.device)
             if override is None:

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from wmzoo.agents.imitation import ImitationSpec
 from wmzoo.atomic import write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.dataset import training_dir, write_env_info
@@ -58,6 +59,7 @@ from wmzoo.train.rundir import (
     recorded_data,
     restore_run,
     save_run,
+    with_recorded_size,
     write_run_spec,
 )
 
@@ -76,6 +78,9 @@ class Progress:
 
 def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:
     """Train ``run`` online in ``logdir``; returns the checkpoint path."""
+    if isinstance(run.policy, ImitationSpec):
+        raise WmzooError(f"policy '{run.policy_name}' learns from demonstrations, not in imagination: "
+                         "train it with --imitation DATA (a dataset of wmzoo data generate)")
     T = run.train
     if T.threads:
         torch.set_num_threads(T.threads)
@@ -202,6 +207,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
             )
         check_same_data(logdir, recorded, record)
     info = data_env_info(data, run)
+    run = with_recorded_size(run, info)
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
     progress = Progress()

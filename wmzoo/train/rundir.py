@@ -141,6 +141,15 @@ def data_env_info(data: Path, run: RunSpec) -> EnvInfo:
         env.close()
 
 
+def with_recorded_size(run: RunSpec, info: EnvInfo) -> RunSpec:
+    """``run`` with ``train.image_size`` of the recorded frames ``info``, so that ``wmzoo eval``
+    and ``imagine`` make the env at the size the model was trained on."""
+    size = info.obs_shape[-1]
+    if run.train.image_size == size:
+        return run
+    return run.model_copy(update={"train": run.train.model_copy(update={"image_size": size})})
+
+
 @torch.no_grad()
 def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndarray, np.ndarray]:
     """Observe the first ``context`` frames of a 1-row batch, then imagine the rest under the
