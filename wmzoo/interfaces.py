@@ -161,6 +161,14 @@ class Step:
 
 
 @dataclass
+class Filtered:
+    """What :meth:`WorldModel.observe_sequence` returns for a batch of ``T`` real rows."""
+
+    state: State  # after the last row: observe on from it, or imagine from it
+    rewards: Tensor  # [B, T - 1] the predicted reward of each transition t (row t → row t + 1)
+
+
+@dataclass
 class BurnIn:
     """The real steps before each imagination start, for a policy with a recurrent state
     (:meth:`Policy.burn_in`; IRIS's and REM's LSTM actor-critics). ``N`` starts, ``T_c`` steps."""
@@ -320,6 +328,32 @@ class WorldModel(nn.Module, ABC):
             state = self.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
             prev_action = batch.action[:, t]
         return state
+
+    def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
+        """Filter real rows in the form the backbone *trains* in and predict the reward of every
+        transition the way its training reads it: the reading behind the s4wm paper's *inference
+        accuracy* (section 5.5: "the model takes the full sequence of observations as input").
+        ``step``: one row at a time instead, as acting and imagination filter (the two differ
+        where a backbone's training form sees more context than its step, e.g. TSSM-XL's
+        Transformer-XL segments: ``m + i`` steps for query ``i`` against ``m`` per step).
+
+        ``batch`` starts an episode (``is_first[:, 0]``) or continues ``state``. The default has
+        one form: :meth:`observe_step` row by row, and transition ``t``'s reward is
+        ``imagine_step(state after row t, action[t]).reward``, predicted before row ``t + 1`` is
+        seen, which is where the token backbones (IRIS, REM, Δ-IRIS) read the reward in training
+        too. A backbone whose reward head reads the state after row ``t + 1`` overrides it.
+        """
+        B, T = batch.shape
+        state = self.initial_state(B) if state is None else state
+        prev_action = torch.zeros_like(batch.action[:, 0])
+        rewards = []
+        for t in range(T):
+            state = self.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
+            prev_action = batch.action[:, t]
+            if t < T - 1:
+                rewards.append(self.imagine_step(state, batch.action[:, t]).reward)
+        empty = batch.reward[:, :0].float()
+        return Filtered(state, torch.stack(rewards, 1) if rewards else empty)
 
 
 class Policy(nn.Module, ABC):

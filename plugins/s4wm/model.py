@@ -43,6 +43,7 @@ from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import (
     Batch,
     EnvInfo,
+    Filtered,
     State,
     Step,
     TrainOutput,
@@ -56,7 +57,7 @@ from wmzoo.nn import MLP, LatentWorldModelSpec
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, sample_latent
-from wmzoo.nn.world_model import latent_objective
+from wmzoo.nn.world_model import latent_objective, posterior_rewards
 from wmzoo.specs import OptimSpec
 
 from .s4 import S4Blocks, S4DLayer
@@ -222,9 +223,21 @@ class S4WMWorldModel(WorldModel):
         last = {**index_state({k: v for k, v in post.items() if k != "action"}, (slice(None), -1)), **last}
         return post, self.prior(deter), last, every if all_states else None
 
+    def observe_window(self, batch: Batch, state: State | None = None, sample: bool = True) -> tuple[Tensor, State]:
+        """Posterior features and the state after the last step (parallel form, as :meth:`loss`),
+        carrying ``action[:, -1]``."""
+        post, _, last, _ = self.sequence(batch, state, sample)
+        return self.features(post), last
+
     def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
         """The posterior state after the last step (parallel form), carrying ``action[:, -1]``."""
-        return self.sequence(batch, state, sample)[2]
+        return self.observe_window(batch, state, sample)[1]
+
+    def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
+        """Parallel windows of ``seq_len`` continuing each other's S4 states (``step``: the
+        recurrence row by row); rewards from the head on the posterior after each transition
+        (:func:`~wmzoo.nn.world_model.posterior_rewards`)."""
+        return posterior_rewards(self, self.heads, batch, state, None if step else self.observe_window)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """The ELBO of eq. 8 with KL balancing (eq. 9), reward and continue, from ``carry``."""
