@@ -33,7 +33,7 @@ File order as timm's convnext: spec → world model → presets.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -84,15 +84,31 @@ class S4WMSpec(LatentWorldModelSpec):
         "factorised",
         description="q(z_t | x_t) from the image alone, or 'full': its own S4 stack over [e_t, a_{t-1}]",
     )
-    ssm_lr_scale: float = Field(
-        0.1, gt=0, le=1,
-        description="learning rate of the S4 parameters Δ, Λ, B relative to the model's (no weight decay)",
+    ssm_lr: float = Field(
+        1e-3, gt=0, le=1,
+        description="learning rate of the S4 parameters Δ, Λ, B, at most optim.lr, without weight decay "
+        "(S4's code: lr=min(0.001, lr)); they follow the model's schedule",
     )
     carry_state: bool = Field(
         True,
         description="stream episodes in consecutive segments and start each from the S4 states the "
         "previous one ended in (gradients stop at segment borders)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _relative_ssm_rate(cls, data: Any) -> Any:
+        """Specs saved before ``ssm_lr`` (run.yaml, checkpoints) gave ``ssm_lr_scale = s``, the
+        rate ``s × optim.lr``: read as that same rate."""
+        if isinstance(data, dict) and "ssm_lr_scale" in data and "ssm_lr" not in data:
+            data = dict(data)
+            scale, optim = data.pop("ssm_lr_scale"), data.get("optim", {})
+            lr = optim.get("lr", OptimSpec().lr) if isinstance(optim, dict) else getattr(optim, "lr", OptimSpec().lr)
+            if isinstance(scale, (int, float)) and isinstance(lr, (int, float)):
+                data["ssm_lr"] = scale * lr
+            else:
+                data["ssm_lr"] = scale  # let validation name the bad value
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> S4WMSpec:
@@ -134,7 +150,7 @@ class S4WMWorldModel(WorldModel):
                               spec.dt_max, spec.s4_init, spec.mlp)
             for layer in blocks.modules():
                 if isinstance(layer, S4DLayer):
-                    layer.set_ssm_optim(spec.ssm_lr_scale)
+                    layer.set_ssm_optim(min(spec.ssm_lr, spec.optim.lr) / spec.optim.lr)
             return blocks
 
         self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
