@@ -56,6 +56,7 @@ from wmzoo.train.rundir import (
     data_env_info,
     data_record,
     record_imagination,
+    recorded_image_size,
     recorded_data,
     restore_run,
     save_run,
@@ -208,6 +209,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
             )
         check_same_data(logdir, recorded, record)
     info = data_env_info(data, run)
+    run = recorded_image_size(run, info)
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
     progress = Progress()
