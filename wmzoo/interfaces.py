@@ -19,7 +19,7 @@ so that backbones share and swap them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -321,13 +321,10 @@ class WorldModel(nn.Module, ABC):
         The default runs :meth:`observe_step` step by step; backbones with a parallel form
         override it.
         """
-        B, T = batch.shape
-        state = self.initial_state(B) if state is None else state
-        prev_action = torch.zeros_like(batch.action[:, 0])
-        for t in range(T):
-            state = self.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
-            prev_action = batch.action[:, t]
-        return state
+        last = self.initial_state(batch.shape[0]) if state is None else state
+        for last in filter_rows(self, batch, last):
+            pass
+        return last
 
     def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
         """Filter real rows in the form the backbone *trains* in and predict the reward of every
@@ -343,17 +340,24 @@ class WorldModel(nn.Module, ABC):
         seen, which is where the token backbones (IRIS, REM, Δ-IRIS) read the reward in training
         too. A backbone whose reward head reads the state after row ``t + 1`` overrides it.
         """
-        B, T = batch.shape
-        state = self.initial_state(B) if state is None else state
-        prev_action = torch.zeros_like(batch.action[:, 0])
+        T = batch.shape[1]
         rewards = []
-        for t in range(T):
-            state = self.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
-            prev_action = batch.action[:, t]
+        for t, state in enumerate(filter_rows(self, batch, state)):
             if t < T - 1:
                 rewards.append(self.imagine_step(state, batch.action[:, t]).reward)
-        empty = batch.reward[:, :0].float()
-        return Filtered(state, torch.stack(rewards, 1) if rewards else empty)
+        return Filtered(state, torch.stack(rewards, 1) if rewards else batch.reward[:, :0].float())
+
+
+def filter_rows(wm: WorldModel, batch: Batch, state: State | None = None) -> Iterator[State]:
+    """The state after each row of ``batch`` (``T ≥ 1``), filtered one row at a time with
+    ``wm.observe_step`` from ``state`` (the initial state if None); row 0's previous action is
+    taken as none (zeros), so ``batch`` starts an episode or continues where ``state`` was."""
+    state = wm.initial_state(batch.shape[0]) if state is None else state
+    prev_action = torch.zeros_like(batch.action[:, 0])
+    for t in range(batch.shape[1]):
+        state = wm.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
+        prev_action = batch.action[:, t]
+        yield state
 
 
 class Policy(nn.Module, ABC):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from wmzoo.interfaces import Batch, Dynamics, EnvInfo, Filtered, State, Step, WorldModel
+from wmzoo.interfaces import Batch, Dynamics, EnvInfo, Filtered, State, Step, WorldModel, filter_rows
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.distributions import OneHotCategoricalST
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean
@@ -107,13 +107,8 @@ Window = Callable[[Batch, State], tuple[Tensor, State]]
 def step_features(wm: WorldModel, batch: Batch, state: State | None = None) -> tuple[Tensor, State]:
     """``(features [B, T, F], last state)`` of filtering ``batch`` with ``observe_step`` row by
     row (the previous action of row 0 taken as none)."""
-    B, T = batch.shape
-    state = wm.initial_state(B) if state is None else state
-    prev_action = torch.zeros_like(batch.action[:, 0])
     features = []
-    for t in range(T):
-        state = wm.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
-        prev_action = batch.action[:, t]
+    for state in filter_rows(wm, batch, state):
         features.append(wm.features(state))
     return torch.stack(features, 1), state
 
