@@ -113,12 +113,3 @@ def test_episode_windows_online_is_an_error(tmp_path):
     with pytest.raises(WmzooError, match="offline dataset"):
         loop.train_online(run, tmp_path / "run", show_progress=False)
 
-
-def test_episode_lengths_follow_is_first_across_chunks():
-    """Catches: episode lengths read per chunk file instead of per stream (an episode split over
-    two chunks counted as two)."""
-    replay = Replay(None, capacity=1000, chunk_size=5)
-    for rows in (7, 3, 9):
-        for t in range(rows):
-            replay.add(0, np.zeros((3, 2, 2), np.uint8), 0, 0.0, False, t == 0)
-    assert replay.episode_lengths().tolist() == [7, 3, 9]
