@@ -19,7 +19,7 @@ so that backbones share and swap them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +158,14 @@ class Step:
     reward: Tensor  # [B] predicted reward of the action just taken
     cont: Tensor  # [B] a probability in [0, 1] that the episode continues (not a logit, not a sample)
     features: Tensor  # [B, *feature_shape] what the policy reads in the new state
+
+
+@dataclass
+class Filtered:
+    """What :meth:`WorldModel.observe_sequence` returns for a batch of ``T`` real rows."""
+
+    state: State  # after the last row: observe on from it, or imagine from it
+    rewards: Tensor  # [B, T - 1] the predicted reward of each transition t (row t → row t + 1)
 
 
 @dataclass
@@ -317,13 +325,43 @@ class WorldModel(nn.Module, ABC):
         The default runs :meth:`observe_step` step by step; backbones with a parallel form
         override it.
         """
-        B, T = batch.shape
-        state = self.initial_state(B) if state is None else state
-        prev_action = torch.zeros_like(batch.action[:, 0])
-        for t in range(T):
-            state = self.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
-            prev_action = batch.action[:, t]
-        return state
+        last = self.initial_state(batch.shape[0]) if state is None else state
+        for last in filter_rows(self, batch, last):
+            pass
+        return last
+
+    def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
+        """Filter real rows in the form the backbone *trains* in and predict the reward of every
+        transition the way its training reads it: the reading behind the s4wm paper's *inference
+        accuracy* (section 5.5: "the model takes the full sequence of observations as input").
+        ``step``: one row at a time instead, as acting and imagination filter (the two differ
+        where a backbone's training form sees more context than its step, e.g. TSSM-XL's
+        Transformer-XL segments: ``m + i`` steps for query ``i`` against ``m`` per step).
+
+        ``batch`` starts an episode (``is_first[:, 0]``) or continues ``state``. The default has
+        one form: :meth:`observe_step` row by row, and transition ``t``'s reward is
+        ``imagine_step(state after row t, action[t]).reward``, predicted before row ``t + 1`` is
+        seen, which is where the token backbones (IRIS, REM, Δ-IRIS) read the reward in training
+        too. A backbone whose reward head reads the state after row ``t + 1`` overrides it.
+        """
+        T = batch.shape[1]
+        rewards = []
+        for t, state in enumerate(filter_rows(self, batch, state)):
+            if t < T - 1:
+                rewards.append(self.imagine_step(state, batch.action[:, t]).reward)
+        return Filtered(state, torch.stack(rewards, 1) if rewards else batch.reward[:, :0].float())
+
+
+def filter_rows(wm: WorldModel, batch: Batch, state: State | None = None) -> Iterator[State]:
+    """The state after each row of ``batch`` (``T ≥ 1``), filtered one row at a time with
+    ``wm.observe_step`` from ``state`` (the initial state if None); row 0's previous action is
+    taken as none (zeros), so ``batch`` starts an episode or continues where ``state`` was."""
+    state = wm.initial_state(batch.shape[0]) if state is None else state
+    prev_action = torch.zeros_like(batch.action[:, 0])
+    for t in range(batch.shape[1]):
+        state = wm.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
+        prev_action = batch.action[:, t]
+        yield state
 
 
 class Policy(nn.Module, ABC):

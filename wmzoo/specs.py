@@ -115,6 +115,12 @@ class TrainSpec(Spec):
     replay_capacity: int = Field(1_000_000, ge=1, description="steps kept in replay")
     replay_chunk: int = Field(1024, ge=16, description="steps per replay file on disk")
     sampling: Literal["uniform", "recency"] = Field("uniform", description="replay segment sampling")
+    windows: Literal["auto", "stream", "episodes"] = Field(
+        "auto", description="training windows: 'stream' = anywhere in a stream (stateful models: "
+        "consecutive segments across episodes); 'episodes' = aligned to episodes (--offline data of "
+        "one episode length E: each window one whole episode when E <= model.seq_len, else E / seq_len "
+        "consecutive segments of one); 'auto' = 'episodes' offline where that applies, else 'stream'",
+    )
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
     checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
     gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")

@@ -80,6 +80,12 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
         assert ((traj.conts >= 0) & (traj.conts <= 1)).all(), "cont must be a probability"
         step_state = wm.observe_step(wm.initial_state(batch), data.obs[:, 0], data.action[:, 0], data.is_first[:, 0])
         _check_state(step_state, batch, "observe_step()")
+        for step in (False, True):
+            seen = wm.observe_sequence(data, step=step)
+            where = f"observe_sequence(step={step})"
+            _check_state(seen.state, batch, where)
+            assert tuple(seen.rewards.shape) == (batch, data.shape[1] - 1), f"{where}.rewards must be [B, T - 1]"
+            assert torch.isfinite(seen.rewards).all(), f"{where}.rewards must be finite"
 
     # weights survive a state_dict round trip
     buffer = io.BytesIO()

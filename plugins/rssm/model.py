@@ -232,12 +232,13 @@ class RSSMWorldModel(LatentWorldModel):
         )
 
     # -- the interface (the rest: LatentWorldModel) -------------------------------------------
-    def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
-        """The posterior state after the last step, carrying ``action[:, -1]`` for what follows."""
+    def observe_window(self, batch: Batch, state: State | None = None, sample: bool = True) -> tuple[Tensor, State]:
+        """Posterior features and the posterior state after the last step, carrying
+        ``action[:, -1]`` for what follows (the TBTT segment :meth:`loss` trains on)."""
         post, _ = self.dynamics.observe(
             self.encoder(batch.obs), encode_action(batch.action, self.env), batch.is_first, state, sample
         )
-        return index_state(post, (slice(None), -1))
+        return self.features(post), index_state(post, (slice(None), -1))
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """DreamerV3's world-model loss (eq. 4–5) on a segment, starting from ``carry`` (TBTT)."""

@@ -33,7 +33,7 @@ File order as timm's convnext: spec → world model → presets.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -43,6 +43,7 @@ from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import (
     Batch,
     EnvInfo,
+    Filtered,
     State,
     Step,
     TrainOutput,
@@ -56,7 +57,7 @@ from wmzoo.nn import MLP, LatentWorldModelSpec
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, sample_latent
-from wmzoo.nn.world_model import latent_objective
+from wmzoo.nn.world_model import latent_objective, posterior_rewards
 from wmzoo.specs import OptimSpec
 
 from .s4 import S4Blocks, S4DLayer
@@ -83,15 +84,31 @@ class S4WMSpec(LatentWorldModelSpec):
         "factorised",
         description="q(z_t | x_t) from the image alone, or 'full': its own S4 stack over [e_t, a_{t-1}]",
     )
-    ssm_lr_scale: float = Field(
-        0.1, gt=0, le=1,
-        description="learning rate of the S4 parameters Δ, Λ, B relative to the model's (no weight decay)",
+    ssm_lr: float = Field(
+        1e-3, gt=0, le=1,
+        description="learning rate of the S4 parameters Δ, Λ, B, at most optim.lr, without weight decay "
+        "(S4's code: lr=min(0.001, lr)); they follow the model's schedule",
     )
     carry_state: bool = Field(
         True,
         description="stream episodes in consecutive segments and start each from the S4 states the "
         "previous one ended in (gradients stop at segment borders)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _relative_ssm_rate(cls, data: Any) -> Any:
+        """Specs saved before ``ssm_lr`` (run.yaml, checkpoints) gave ``ssm_lr_scale = s``, the
+        rate ``s × optim.lr``: read as that same rate."""
+        if isinstance(data, dict) and "ssm_lr_scale" in data and "ssm_lr" not in data:
+            data = dict(data)
+            scale, optim = data.pop("ssm_lr_scale"), data.get("optim", {})
+            lr = optim.get("lr", OptimSpec().lr) if isinstance(optim, dict) else getattr(optim, "lr", OptimSpec().lr)
+            if isinstance(scale, (int, float)) and isinstance(lr, (int, float)):
+                data["ssm_lr"] = scale * lr
+            else:
+                data["ssm_lr"] = scale  # let validation name the bad value
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> S4WMSpec:
@@ -133,7 +150,7 @@ class S4WMWorldModel(WorldModel):
                               spec.dt_max, spec.s4_init, spec.mlp)
             for layer in blocks.modules():
                 if isinstance(layer, S4DLayer):
-                    layer.set_ssm_optim(spec.ssm_lr_scale)
+                    layer.set_ssm_optim(min(spec.ssm_lr, spec.optim.lr) / spec.optim.lr)
             return blocks
 
         self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
@@ -222,9 +239,21 @@ class S4WMWorldModel(WorldModel):
         last = {**index_state({k: v for k, v in post.items() if k != "action"}, (slice(None), -1)), **last}
         return post, self.prior(deter), last, every if all_states else None
 
+    def observe_window(self, batch: Batch, state: State | None = None, sample: bool = True) -> tuple[Tensor, State]:
+        """Posterior features and the state after the last step (parallel form, as :meth:`loss`),
+        carrying ``action[:, -1]``."""
+        post, _, last, _ = self.sequence(batch, state, sample)
+        return self.features(post), last
+
     def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
         """The posterior state after the last step (parallel form), carrying ``action[:, -1]``."""
-        return self.sequence(batch, state, sample)[2]
+        return self.observe_window(batch, state, sample)[1]
+
+    def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
+        """Parallel windows of ``seq_len`` continuing each other's S4 states (``step``: the
+        recurrence row by row); rewards from the head on the posterior after each transition
+        (:func:`~wmzoo.nn.world_model.posterior_rewards`)."""
+        return posterior_rewards(self, self.heads, batch, state, None if step else self.observe_window)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """The ELBO of eq. 8 with KL balancing (eq. 9), reward and continue, from ``carry``."""

@@ -89,11 +89,12 @@ class S4DLayer(nn.Module):
         self.D = nn.Parameter(torch.randn(H))
 
     SSM_PARAMETERS = ("log_dt", "log_neg_re", "imag", "B")
-    """Δ, Λ and B: the parameters S4 trains at a reduced rate without weight decay."""
+    """Δ, Λ and B: the parameters S4's code registers with their own rate and no weight decay."""
 
     def set_ssm_optim(self, lr_scale: float) -> None:
         """Train Δ, Λ and B at ``lr_scale`` times the model's rate, without weight decay (S4's
-        ``register(..., lr)`` convention; lr ×0.1 on Λ/P/B in the S4WM JAX port)."""
+        ``register(name, tensor, lr)``: its own optimizer group, ``weight_decay`` 0 and the rate
+        ``lr = min(0.001, model lr)`` of its example; S4WM passes that rate as a scale)."""
         for name in self.SSM_PARAMETERS:
             getattr(self, name)._optim = {"lr_scale": lr_scale, "weight_decay": 0.0}
 

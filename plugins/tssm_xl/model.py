@@ -214,12 +214,13 @@ class TSSMXLWorldModel(LatentWorldModel):
         return TSSMXL(embed_dim, self.env.num_actions, self.spec)
 
     # -- the interface (the rest: LatentWorldModel) -------------------------------------------
-    def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
-        """The state after the last step, from one parallel pass over the batch."""
+    def observe_window(self, batch: Batch, state: State | None = None, sample: bool = True) -> tuple[Tensor, State]:
+        """Posterior features and the state after the last step, from one parallel pass over
+        the batch as a segment continuing ``state``'s cache (the training form)."""
         post, _, xl = self.dynamics.observe_segment(
             self.encoder(batch.obs), encode_action(batch.action, self.env), batch.is_first, state, sample
         )
-        return self.dynamics.last_state(post, xl)
+        return self.features(post), self.dynamics.last_state(post, xl)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """The s4wm objective (eq. 22 with KL balancing) on a segment continuing ``carry``."""

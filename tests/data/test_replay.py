@@ -509,3 +509,13 @@ def test_a_chunk_write_cut_short_is_written_by_the_next_flush(tmp_path, monkeypa
     feed.add(replay, 0, tag=1, n=3)  # and the stream goes on in a new chunk
     replay.flush()
     assert len(Replay.load(tmp_path)) == 8
+
+
+def test_episode_lengths_follow_is_first_across_chunks():
+    """Catches: episode lengths read per chunk file instead of per stream (an episode split over
+    two chunks counted as two)."""
+    replay = Replay(None, capacity=1000, chunk_size=5)
+    for rows in (7, 3, 9):
+        for t in range(rows):
+            replay.add(0, np.zeros((3, 2, 2), np.uint8), 0, 0.0, False, t == 0)
+    assert replay.episode_lengths().tolist() == [7, 3, 9]

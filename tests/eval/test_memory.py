@@ -24,9 +24,10 @@ from wmzoo.eval.memory import (
     imagination_metrics,
     recall_metrics,
     reward_accuracy,
+    summary,
     teleport_row,
 )
-from wmzoo.interfaces import EnvInfo
+from wmzoo.interfaces import EnvInfo, Filtered
 from wmzoo.registry import default_registry
 
 ENV = EnvInfo("known", (3, 4, 4), 3)
@@ -91,6 +92,34 @@ def test_reward_accuracy_inference_versus_imagination():
     assert out["inference_accuracy"] == pytest.approx(1 / 3) and out["imagination_accuracy"] == 0.0
     # without the env's flags the attempts are the transitions taking the rewarded action (2)
     assert reward_accuracy(wm, iter([(batch, {}, 2)]), "info_unlock_attempt") == out
+
+
+class WideTrainingForm(KnownModel):
+    """Filtered in its training form it knows the rewards from the start (as a backbone whose
+    training form sees more context than its step); one row at a time it is :class:`KnownModel`."""
+
+    def observe_sequence(self, batch, state=None, *, step=False):
+        out = super().observe_sequence(batch, state, step=step)
+        if step:
+            return out
+        wide = {**out.state, "seen": out.state["seen"] + 100}
+        return Filtered(wide, (batch.action[:, :-1] == 2).float())
+
+
+def test_reward_accuracy_scores_the_training_form_and_the_step_form_beside_it():
+    """Catches: the reward protocol filtering every backbone one row at a time only (TSSM-XL then
+    sees its m-step cache per layer, not the m + i steps per query it trained with), so the
+    protocol, not the model, decides the ranking; the step form is reported beside, labelled."""
+    actions, rewards = [0, 2, 2, 0, 2, 0], [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    attempts = np.zeros(6, bool)
+    attempts[[2, 3, 5]] = True
+    wm = WideTrainingForm(ENV, sees=4)
+    batch, extras = _batch([episode(6, actions, rewards, info_unlock_attempt=attempts)])
+    out = reward_accuracy(wm, iter([(batch, extras, 2)]), "info_unlock_attempt")
+    assert (out["inference_accuracy"], out["imagination_accuracy"]) == (1.0, 1.0)
+    assert out["step_inference_accuracy"] == pytest.approx(1 / 3) and out["step_imagination_accuracy"] == 0.0
+    assert any("(one row at a time)" in line and line.startswith("step_inference_accuracy: 33.3%")
+               for line in summary(out))
 
 
 def test_recall_metrics_per_number_of_extra_frames():
@@ -184,8 +213,10 @@ def trained(tmp_path_factory):
     [
         ("imagination", {"recon_mse", "gen_mse", "gen_mse_per_step"}),
         ("recall", {"extra_frames", "gen_mse", "gen_mse_common"}),
-        ("reward", {"inference_accuracy", "imagination_accuracy", "scored_transitions"}),
-        ("reasoning", {"inference_accuracy", "imagination_accuracy", "scored_transitions"}),
+        ("reward", {"inference_accuracy", "imagination_accuracy", "step_inference_accuracy",
+                    "step_imagination_accuracy", "scored_transitions"}),
+        ("reasoning", {"inference_accuracy", "imagination_accuracy", "step_inference_accuracy",
+                       "step_imagination_accuracy", "scored_transitions"}),
     ],
 )
 def test_evaluate_cli_end_to_end(trained, tmp_path, capsys, protocol, keys):

@@ -108,3 +108,22 @@ def test_an_offline_run_takes_the_recorded_env(capsys, tmp_path):
     assert main(["run", "--offline", str(data), "--logdir", str(logdir), "--steps", "1", "--no-progress"]) == 0
     assert yaml.safe_load((logdir / "run.yaml").read_text())["env"] == "minigrid-empty-6x6"
     capsys.readouterr()
+
+
+def test_an_offline_run_records_the_recorded_frame_size(capsys, tmp_path):
+    """Catches: an offline run's ``run.yaml`` (and checkpoint) naming the dataset's env at the
+    default ``train.image_size`` (64) while the data and the model are 16×16, so `wmzoo eval`
+    makes the env at 64×64 and fails inside the encoder (the Distracting Memory runs at 40×40)."""
+    import yaml
+
+    data = tmp_path / "data"
+    assert main(["data", "generate", "--env", "minigrid-empty-6x6", "--episodes", "2", "--split", "1,0,0",
+                 "--size", "16", "--out", str(data)]) == 0
+    logdir = tmp_path / "offline"
+    assert main(["run", "--offline", str(data), "--logdir", str(logdir), "--steps", "1", "--no-progress"]) == 0
+    saved = yaml.safe_load((logdir / "run.yaml").read_text())
+    assert (saved["env"], saved["train"]["image_size"]) == ("minigrid-empty-6x6", 16)
+    assert load_checkpoint(logdir / "checkpoint.safetensors")["run"]["train"]["image_size"] == 16
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(logdir / "checkpoint.safetensors"), "--episodes", "1",
+                 "--max-steps", "3"]) == 0

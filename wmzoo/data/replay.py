@@ -419,9 +419,22 @@ class Replay:
             self._copy(chunks[c], o, seq_len, out, b)
         return _to_batch(out)
 
-    def stream(self, batch_size: int, seq_len: int) -> ReplayStream:
-        """Consecutive windows per batch slot for truncated BPTT; see :class:`ReplayStream`."""
-        return ReplayStream(self, batch_size, seq_len)
+    def stream(self, batch_size: int, seq_len: int, episode_rows: int | None = None) -> ReplayStream:
+        """Consecutive windows per batch slot for truncated BPTT, or aligned to episodes of
+        ``episode_rows`` rows; see :class:`ReplayStream`."""
+        return ReplayStream(self, batch_size, seq_len, episode_rows)
+
+    def episode_lengths(self) -> np.ndarray:
+        """The rows of every stored episode: from its ``is_first`` row to the next one of its
+        stream, or to the stream's end (the last episode of a live stream may still grow). Rows
+        before a stream's first stored ``is_first`` belong to no episode."""
+        chunks, start, _, end = self._table()
+        streams: dict[int, tuple[list[np.ndarray], int]] = {}
+        for chunk, s, e in zip(chunks, start.tolist(), end.tolist()):
+            streams.setdefault(id(chunk.stream), ([], e))[0].append(chunk.episode_starts() + s)
+        lengths = [np.diff(np.append(np.sort(np.concatenate(firsts)), stream_end))
+                   for firsts, stream_end in streams.values()]
+        return np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
 
     def _table(self) -> tuple[list[_Chunk], np.ndarray, np.ndarray, np.ndarray]:
         """Every chunk in storage order with its start, rows and its stream's end."""
@@ -510,27 +523,43 @@ class ReplayStream(Iterator[Batch]):
     stream has fewer than ``seq_len`` rows left (or its rows were evicted). A re-assigned slot's
     window therefore has ``is_first[b, 0] = True``, which tells the model to drop the state it
     carried for that slot; so does a slot that simply reached the next episode.
+
+    ``episode_rows = E`` aligns the windows to episodes of ``E`` rows each (offline datasets of
+    fixed-length episodes): a slot is re-assigned to a new episode start as soon as it has read
+    its episode, so every window starts at an episode's first row or ``seq_len`` rows after the
+    previous window of the same episode. With ``E ≤ seq_len`` every window is one whole episode
+    (``E`` rows, not ``seq_len``); with a longer episode ``E`` must be a multiple of ``seq_len``
+    (the episode in ``E / seq_len`` consecutive windows).
     """
 
-    def __init__(self, replay: Replay, batch_size: int, seq_len: int) -> None:
+    def __init__(self, replay: Replay, batch_size: int, seq_len: int, episode_rows: int | None = None) -> None:
         _check_sizes(batch_size, seq_len)
+        if episode_rows is not None and (episode_rows < 1 or (episode_rows > seq_len and episode_rows % seq_len)):
+            raise WmzooError(
+                f"episodes of {episode_rows} rows do not split into windows of {seq_len}: windows aligned "
+                "to episodes need seq_len at least the episode's rows, or a divisor of them"
+            )
         self.replay = replay
         self.batch_size = batch_size
-        self.seq_len = seq_len
+        self.seq_len = seq_len if episode_rows is None else min(seq_len, episode_rows)
+        self.episode_rows = episode_rows
         self._slots: list[tuple[_Chunk, int] | None] = [None] * batch_size
+        self._left = [0] * batch_size  # rows of its episode a slot has yet to read (aligned only)
 
     def __next__(self) -> Batch:
-        stale = [b for b, slot in enumerate(self._slots) if not self._has_window(slot)]
+        stale = [b for b, slot in enumerate(self._slots) if not self._has_window(b, slot)]
         if stale:
-            for b, slot in zip(stale, self.replay._episode_starts(len(stale), self.seq_len)):
-                self._slots[b] = slot
+            rows = self.seq_len if self.episode_rows is None else self.episode_rows
+            for b, slot in zip(stale, self.replay._episode_starts(len(stale), rows)):
+                self._slots[b], self._left[b] = slot, rows
         out = self.replay._empty(self.batch_size, self.seq_len)
         for b, (chunk, offset) in enumerate(self._slots):
             self._slots[b] = Replay._copy(chunk, offset, self.seq_len, out, b)
+            self._left[b] -= self.seq_len
         return _to_batch(out)
 
-    def _has_window(self, slot: tuple[_Chunk, int] | None) -> bool:
-        if slot is None:
+    def _has_window(self, b: int, slot: tuple[_Chunk, int] | None) -> bool:
+        if slot is None or (self.episode_rows is not None and self._left[b] <= 0):
             return False
         chunk, offset = slot
         return chunk.data is not None and chunk.stream.end - chunk.start - offset >= self.seq_len

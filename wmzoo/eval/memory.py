@@ -2,7 +2,8 @@
 
 Every protocol reads test episodes of ``wmzoo data generate`` (context phase, then query phase)
 and drives the world model only through :class:`~wmzoo.interfaces.WorldModel`
-(``observe_step``, ``imagine_step`` via :func:`wmzoo.imagination.imagine`, ``decode``):
+(``observe_step``, ``observe_sequence``, ``imagine_step`` via :func:`wmzoo.imagination.imagine`,
+``decode``):
 
 - ``imagination`` (5.3, Table 1, Figure 5; also Table 3 for Multi Doors Keys): observe the context
   phase, imagine the query phase under its recorded actions. *Recon. MSE* averages over the
@@ -12,11 +13,14 @@ and drives the world model only through :class:`~wmzoo.interfaces.WorldModel`
   the first frame after the teleport plus ``k = 0..20`` more frames, then imagine the rest of the
   query; Gen. MSE per ``k``.
 - ``reward`` (5.5, Table 2): Distracting Memory reward prediction accuracy. *Inference*: the model
-  observes the whole episode and the reward of transition ``t`` is the one-step prediction
-  ``imagine_step(posterior state at t, action[t])``; *imagination*: the model observes the context
-  and the rewards of the query transitions are those predicted while imagining it. Scored
-  transitions: the query's episode-ending ones (the reward is given when the agent reaches a
-  square; chance is 50 %).
+  observes the whole episode, its last frame included ("the full sequence of observations"), and
+  the reward of transition ``t`` is read as training reads it
+  (:meth:`~wmzoo.interfaces.WorldModel.observe_sequence`; RSSM, S4WM, TSSM-XL: the reward head on
+  the posterior of row ``t + 1``); *imagination*: the model observes the context and the rewards
+  of the query transitions are those predicted while imagining it. Both are scored with the
+  context filtered in the backbone's training form and, as ``step_*``, one row at a time
+  (:data:`FORMS`). Scored transitions: the query's episode-ending ones (the reward is given when
+  the agent reaches a square; chance is 50 %).
 - ``reasoning`` (5.6): the same two accuracies for the query's unlock attempts in Multi Doors
   Keys (the paper reports Gen. MSE there, Table 3, which ``imagination`` gives; the env pays 1 for
   an unlock that opens a door). Attempts: the transitions the env flags with
@@ -36,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,38 +89,28 @@ def reward_correct(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Observed:
-    """What filtering rows ``[start, stop)`` gave: the state after them, the decoded posterior
-    frames ``[B, n, C, H, W]`` and the one-step reward predictions ``[B, n]`` of the transitions
-    that leave those rows (each ``None`` unless asked for)."""
+    """What filtering rows ``[start, stop)`` gave: the state after them and the decoded posterior
+    frames ``[B, n, C, H, W]`` (``None`` unless asked for)."""
 
     state: State
     frames: np.ndarray | None
-    rewards: np.ndarray | None
 
 
 @torch.no_grad()
 def observe_rows(
-    wm: WorldModel, batch: Batch, start: int, stop: int, state: State | None = None,
-    *, decode: bool = False, rewards_at: Collection[int] = (),
+    wm: WorldModel, batch: Batch, start: int, stop: int, state: State | None = None, *, decode: bool = False,
 ) -> Observed:
-    """Filter rows ``[start, stop)`` of ``batch`` (from ``state``, the initial state at row 0).
-
-    ``rewards_at``: rows ``t`` whose transition's reward is predicted, one step ahead from the
-    filtered state under the recorded ``action[t]``; ``rewards`` is ``[B, stop − start]``, NaN at
-    the other rows (``None`` when no row is asked for)."""
+    """Filter rows ``[start, stop)`` of ``batch`` one at a time (from ``state``, the initial state
+    at row 0)."""
     B = batch.shape[0]
     state = wm.initial_state(B) if state is None else state
     frames = []
-    predicted = np.full((B, stop - start), np.nan, np.float32) if len(rewards_at) else None
-    wanted = set(rewards_at)
     for t in range(start, stop):
         prev = batch.action[:, t - 1] if t > 0 else torch.zeros_like(batch.action[:, 0])
         state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
         if decode:
             frames.append(wm.decode(state).cpu())
-        if predicted is not None and t in wanted:
-            predicted[:, t - start] = wm.imagine_step(state, batch.action[:, t]).reward.float().cpu().numpy()
-    return Observed(state, torch.stack(frames, 1).numpy() if decode else None, predicted)
+    return Observed(state, torch.stack(frames, 1).numpy() if decode else None)
 
 
 @torch.no_grad()
@@ -195,35 +189,52 @@ def recall_metrics(wm: WorldModel, episodes: Iterator[dict[str, np.ndarray]], ex
             "gen_mse_common": [common[k].value for k in ks], "episodes": count}
 
 
+FORMS = {"": False, "step_": True}
+"""Result-key prefix → ``step`` argument of :meth:`~wmzoo.interfaces.WorldModel.observe_sequence`:
+each backbone is scored in the form it trains in (no prefix) and, beside it, one row at a time
+(``step_``), so that the protocol does not decide a ranking between backbones whose two forms
+see different contexts (TSSM-XL: ``m + i`` steps per query in training, ``m`` per step)."""
+
+
+@torch.no_grad()
 def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dict[str, Any]:
     """Inference and imagination accuracy of the predicted rewards of the scored query transitions:
     the episode-ending ones (``scored=None``) or the attempts (``scored=ATTEMPT_KEY``, see
-    :func:`attempts`)."""
-    inference, imagination, n = [], [], 0
+    :func:`attempts`).
+
+    The s4wm paper, section 5.5 (Table 2): "The inference accuracy is measured when the model
+    takes the full sequence of observations as input (including both the context and the query
+    phases) ... the imagination accuracy is evaluated within the model's imagination, conditioned
+    on the observations in the context phase and additionally the action sequence in the query
+    phase." So *inference* observes every row, the episode's last frame included, and reads each
+    transition's reward where the backbone's training reads it
+    (:meth:`~wmzoo.interfaces.WorldModel.observe_sequence`: for the latent backbones the reward
+    head on the posterior of the row after the transition); *imagination* observes the context
+    rows and imagines the query under its recorded actions. Both in each form of :data:`FORMS`.
+    """
+    correct: dict[str, list[np.ndarray]] = {}
+    n = 0
     for batch, extras, context in batches:
         marks = _marks(batch, extras, scored)
         device = _device(wm)
-        T = batch.shape[1]
         # transition t leaves row t; the query's transitions are t = context - 1 .. T - 2
         target = batch.reward.numpy()[:, context - 1 : -1]
         mask = marks[:, context - 1 : -1]
-        scored_rows = (np.flatnonzero(mask.any(0)) + context - 1).tolist()
         on_device = batch.to(device)
-        seen = observe_rows(wm, on_device, 0, context - 1)
-        # inference: keep observing through the query, predicting the scored transitions' rewards
-        full = observe_rows(wm, on_device, context - 1, T - 1, seen.state, rewards_at=scored_rows)
-        seen = observe_rows(wm, on_device, context - 1, context, seen.state)
-        _, imagined = imagine_rows(wm, seen.state, batch.action[:, context - 1 : -1].to(device), decode=False)
-        inference.append(reward_correct(full.rewards, target)[mask] if full.rewards is not None
-                         else np.zeros(0, bool))
-        imagination.append(reward_correct(imagined, target)[mask])
+        query_actions = on_device.action[:, context - 1 : -1]
+        for prefix, step in FORMS.items():
+            full = wm.observe_sequence(on_device, step=step).rewards[:, context - 1 :]
+            seen = wm.observe_sequence(on_device.slice(0, context), step=step)
+            _, imagined = imagine_rows(wm, seen.state, query_actions, decode=False)
+            for name, predicted in (("inference", full.float().cpu().numpy()), ("imagination", imagined)):
+                correct.setdefault(f"{prefix}{name}_accuracy", []).append(reward_correct(predicted, target)[mask])
         n += batch.shape[0]
-    inf, ima = np.concatenate(inference), np.concatenate(imagination)
-    if inf.size == 0:
+    results = {key: np.concatenate(values) for key, values in correct.items()}
+    if results["inference_accuracy"].size == 0:
         what = "episode-ending" if scored is None else f"{scored}-marked"
         raise WmzooError(f"the evaluated episodes have no {what} query transitions to score")
-    return {"inference_accuracy": float(inf.mean()), "imagination_accuracy": float(ima.mean()),
-            "scored_transitions": int(inf.size), "episodes": n}
+    return {**{key: float(value.mean()) for key, value in results.items()},
+            "scored_transitions": int(results["inference_accuracy"].size), "episodes": n}
 
 
 def _marks(batch: Batch, extras: dict[str, np.ndarray], scored: str | None) -> np.ndarray:
@@ -419,16 +430,20 @@ def _probing(agent: Any, data: str | Path, split: str, episodes: int | None) -> 
 def summary(results: dict[str, Any]) -> list[str]:
     """Printable lines of a protocol's headline numbers."""
     lines = []
-    for key in ("recon_mse", "gen_mse", "inference_accuracy", "imagination_accuracy"):
+    headline = ("recon_mse", "gen_mse", *(f"{prefix}{name}_accuracy" for prefix in FORMS
+                                            for name in ("inference", "imagination")))
+    for key in headline:
         value = results.get(key)
         if isinstance(value, float):
-            pct = "accuracy" in key
-            lines.append(f"{key}: {100 * value:.1f}%" if pct else f"{key}: {value:.3f}")
+            if "accuracy" in key:
+                form = "one row at a time" if key.startswith("step_") else "the backbone's training form"
+                lines.append(f"{key}: {100 * value:.1f}% ({form})")
+            else:
+                lines.append(f"{key}: {value:.3f}")
         elif isinstance(value, list):
             pairs = ", ".join(f"{k}: {v:.3f}" for k, v in zip(results["extra_frames"], value))
             lines.append(f"{key} by observations after the teleport: {pairs}")
     for key, value in results.items():
-        if key not in ("recon_mse", "gen_mse", "inference_accuracy", "imagination_accuracy",
-                       "gen_mse_per_step", "extra_frames", "gen_mse_common") and isinstance(value, (int, float)):
+        if key not in (*headline, "gen_mse_per_step", "extra_frames", "gen_mse_common") and isinstance(value, (int, float)):
             lines.append(f"{key}: {value:g}")
     return lines

@@ -12,11 +12,12 @@ what is its own: :meth:`~wmzoo.interfaces.WorldModel.loss`, usually
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from wmzoo.interfaces import Batch, Dynamics, EnvInfo, State, Step, WorldModel
+from wmzoo.interfaces import Batch, Dynamics, EnvInfo, Filtered, State, Step, WorldModel, filter_rows
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.distributions import OneHotCategoricalST
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean
@@ -81,6 +82,58 @@ class LatentWorldModel(WorldModel):
         feat = self.features(prior)
         reward, cont = self.heads.predict(feat)
         return Step(state=prior, reward=reward, cont=cont, features=feat)
+
+    def observe_window(self, batch: Batch, state: State | None = None, sample: bool = True) -> tuple[Tensor, State]:
+        """One training window as :meth:`loss` filters it: the posterior features ``[B, T, F]``
+        and the state after the last row (carrying ``action[:, -1]`` where the backbone keeps
+        it). The default filters row by row; a backbone with a parallel form overrides it."""
+        return step_features(self, batch, state)
+
+    def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
+        """The state after the last row, in the training form (:meth:`observe_window`)."""
+        return self.observe_window(batch, state, sample)[1]
+
+    def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
+        """Windows of ``spec.seq_len`` rows, each continuing the last (or rows one at a time with
+        ``step``); rewards read by the head on the posterior features of the row after each
+        transition, as :meth:`loss` trains it (:func:`posterior_rewards`)."""
+        return posterior_rewards(self, self.heads, batch, state, None if step else self.observe_window)
+
+
+Window = Callable[[Batch, State], tuple[Tensor, State]]
+"""A backbone's training form on one window: ``(posterior features [B, T, F], state after it)``."""
+
+
+def step_features(wm: WorldModel, batch: Batch, state: State | None = None) -> tuple[Tensor, State]:
+    """``(features [B, T, F], last state)`` of filtering ``batch`` with ``observe_step`` row by
+    row (the previous action of row 0 taken as none)."""
+    features = []
+    for state in filter_rows(wm, batch, state):
+        features.append(wm.features(state))
+    return torch.stack(features, 1), state
+
+
+def posterior_rewards(
+    wm: WorldModel, heads: RewardContinueHeads, batch: Batch, state: State | None, window: Window | None,
+) -> Filtered:
+    """:meth:`~wmzoo.interfaces.WorldModel.observe_sequence` of a backbone whose reward head
+    reads the posterior after the transition (``heads.loss`` on ``features[:, 1:]``): the s4wm
+    paper's inference accuracy (section 5.5) observes the whole sequence, ending frame included,
+    and reads the head where training reads it. ``window``: the training form of one window,
+    applied to consecutive windows of ``wm.spec.seq_len`` rows from row 0, each from the state
+    the one before ended in (so TSSM-XL attends over its carried cache plus the segment, as in
+    training); ``None``: row by row."""
+    B, T = batch.shape
+    state = wm.initial_state(B) if state is None else state
+    if window is None:
+        features, state = step_features(wm, batch, state)
+    else:
+        parts = []
+        for start in range(0, T, wm.spec.seq_len):
+            feat, state = window(batch.slice(start, start + wm.spec.seq_len), state)
+            parts.append(feat)
+        features = torch.cat(parts, 1)
+    return Filtered(state, heads.predict(features[:, 1:])[0])
 
 
 def latent_objective(

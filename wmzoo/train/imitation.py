@@ -37,7 +37,7 @@ from wmzoo.train.logger import Logger
 from wmzoo.train.loop import Progress, _interrupt_guard, log_update, nonfinite_guard
 from wmzoo.train.rundir import (
     CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, record_imagination, recorded_data,
-    restore_run, save_run, with_recorded_size, write_run_spec,
+    recorded_image_size, restore_run, save_run, write_run_spec,
 )
 
 MODE = "imitation"  # offline.json's "mode" of an imitation run
@@ -114,7 +114,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
             raise WmzooError(f"--resume: {logdir} is not an imitation run ({OFFLINE} records no imitation data)")
         check_same_data(logdir, recorded, record)
     info = data_env_info(train_dir, run)
-    run = with_recorded_size(run, info)
+    run = recorded_image_size(run, info)
     demos = Demonstrations(root, "train")
     if not resume:
         run = fill_from_demonstrations(run, demos, info.discrete)

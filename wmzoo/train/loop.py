@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -56,10 +57,10 @@ from wmzoo.train.rundir import (
     data_env_info,
     data_record,
     record_imagination,
+    recorded_image_size,
     recorded_data,
     restore_run,
     save_run,
-    with_recorded_size,
     write_run_spec,
 )
 
@@ -82,6 +83,11 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         raise WmzooError(f"policy '{run.policy_name}' learns from demonstrations, not in imagination: "
                          "train it with --imitation DATA (a dataset of wmzoo data generate)")
     T = run.train
+    if T.windows == "episodes":
+        raise WmzooError(
+            "train.windows=episodes aligns windows to the episodes of an offline dataset (--offline); "
+            "online runs sample streams (train.windows=stream or auto)"
+        )
     if T.threads:
         torch.set_num_threads(T.threads)
     torch.manual_seed(run.seed)
@@ -207,7 +213,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
             )
         check_same_data(logdir, recorded, record)
     info = data_env_info(data, run)
-    run = with_recorded_size(run, info)
+    run = recorded_image_size(run, info)
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
     progress = Progress()
@@ -222,11 +228,12 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
                          sampling=run.train.sampling)
     if len(replay) == 0:  # every file unreadable
         raise WmzooError(empty)
+    episode_rows = aligned_episode_rows(replay, agent.world_model.spec.seq_len, run.train.windows)
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:  # a new run, or its data moved
         write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
     logger = Logger(logdir)
-    batches = WorldModelBatches(agent, replay)
+    batches = WorldModelBatches(agent, replay, episode_rows)
     guard = nonfinite_guard(agent, logdir)
 
     def checkpoint() -> Path:
@@ -276,15 +283,50 @@ def nonfinite_guard(agent: Agent, logdir: Path) -> NonFiniteGuard:
     )
 
 
+def aligned_episode_rows(replay: Replay, seq_len: int, windows: str) -> int | None:
+    """The episode length ``E`` that offline training windows align to (``train.windows``), or
+    ``None`` to stream them. ``episodes`` needs every episode of the data to have ``E`` rows with
+    ``E ≤ seq_len`` (a window is the whole episode) or ``E`` a multiple of ``seq_len`` (one
+    episode in consecutive segments), one line otherwise; ``auto`` aligns where that holds.
+
+    Why (s4wm appendix, table 8: S4WM and TSSM-XL train on whole episodes): streamed windows
+    of ``seq_len`` rows drift against fixed-length episodes (256-row windows over 250-row
+    Distracting Memory episodes move 6 rows per episode), so most windows cut an episode and
+    with it the gradient from its ending's reward back to its cue."""
+    if windows == "stream":
+        return None
+    lengths = np.unique(replay.episode_lengths())
+    if len(lengths) == 1 and (lengths[0] <= seq_len or lengths[0] % seq_len == 0):
+        return int(lengths[0])
+    if windows == "auto":
+        return None
+    if len(lengths) != 1:
+        found = "no episode start" if not len(lengths) else f"episodes of {lengths[0]}–{lengths[-1]} rows"
+        raise WmzooError(
+            f"train.windows=episodes needs episodes of one length; the data has {found} "
+            "(train.windows=stream samples windows across them)"
+        )
+    raise WmzooError(
+        f"train.windows=episodes: the episodes ({lengths[0]} rows) are longer than model.seq_len={seq_len} "
+        f"and not a multiple of it; set model.seq_len={lengths[0]} (whole episodes) or a divisor of "
+        f"{lengths[0]}, or train.windows=stream"
+    )
+
+
 class WorldModelBatches:
     """World-model updates on replayed batches: uniform segments, or, when the world model trains
     statefully (TBTT), consecutive segments per row with the carried state fed back and zeroed
-    for rows whose stream was re-assigned to a new episode (their first row is_first)."""
+    for rows whose stream was re-assigned to a new episode (their first row is_first).
 
-    def __init__(self, agent: Agent, replay: Replay) -> None:
+    ``episode_rows`` (offline, :func:`aligned_episode_rows`): every row reads one episode of that
+    many rows from its first row, whole or in consecutive segments, whether or not the model
+    carries its state."""
+
+    def __init__(self, agent: Agent, replay: Replay, episode_rows: int | None = None) -> None:
         spec = agent.world_model.spec
         self.agent, self.replay, self.size = agent, replay, (spec.batch_size, spec.seq_len)
-        self.stream = replay.stream(*self.size) if agent.world_model.stateful_training else None
+        streamed = agent.world_model.stateful_training or episode_rows is not None
+        self.stream = replay.stream(*self.size, episode_rows) if streamed else None
         self.carry: State | None = None
 
     def update(self, update: int | None = None) -> TrainOutput:

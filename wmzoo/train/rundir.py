@@ -141,13 +141,15 @@ def data_env_info(data: Path, run: RunSpec) -> EnvInfo:
         env.close()
 
 
-def with_recorded_size(run: RunSpec, info: EnvInfo) -> RunSpec:
-    """``run`` with ``train.image_size`` of the recorded frames ``info``, so that ``wmzoo eval``
-    and ``imagine`` make the env at the size the model was trained on."""
-    size = info.obs_shape[-1]
-    if run.train.image_size == size:
+def recorded_image_size(run: RunSpec, info: EnvInfo) -> RunSpec:
+    """``run`` with ``train.image_size`` set to the recorded frames' size (square frames only):
+    offline, the data decides the frames, and the run spec (``run.yaml``, the checkpoint) must
+    name the env as the model saw it, or ``wmzoo eval`` would make it at another size than the
+    model was built for (an offline run on 40×40 data once recorded the default 64)."""
+    _, height, width = info.obs_shape
+    if height != width or run.train.image_size == height:
         return run
-    return run.model_copy(update={"train": run.train.model_copy(update={"image_size": size})})
+    return run.model_copy(update={"train": run.train.model_copy(update={"image_size": height})})
 
 
 @torch.no_grad()
