@@ -220,12 +220,12 @@ def efficiency(study: StudySpec, cells: Sequence[Cell], iters: int = 2) -> list[
     """``wmzoo bench`` (train and imagine) of each backbone at its first env's study sizes."""
     from wmzoo.bench.harness import bench_specs
     from wmzoo.config import run_spec
-    from wmzoo.study.run import _env_info
+    from wmzoo.study.run import _env_info, without_policy
 
     rows = []
     for label in study.labels():
         cell = next(c for c in cells if c.label == label)
-        run = run_spec(cell.backbone, cell.env, cell.preset, None, 0, None, cell.overrides)
+        run = run_spec(cell.backbone, cell.env, cell.preset, None, 0, None, without_policy(cell.overrides))
         info = _env_info(cell.env, run.train.image_size)
         item = [(label, cell.backbone, cell.preset, run.model)]
         M = run.model

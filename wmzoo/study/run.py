@@ -109,11 +109,17 @@ def world_model_parameters(backbone: str, preset: str, env: str, overrides: Mapp
     from wmzoo.config import run_spec
     from wmzoo.registry import build_world_model
 
-    run = run_spec(backbone, env, preset, None, 0, None, overrides)
+    run = run_spec(backbone, env, preset, None, 0, None, without_policy(overrides))
     info = _env_info(env, run.train.image_size)
     with torch.device("meta"):
         wm = build_world_model(run.backbone, run.model, info)
     return sum(p.numel() for p in wm.parameters())
+
+
+def without_policy(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--set`` fields that can matter to a world model: all but ``policy.*`` (which name
+    the cells' own policy's fields, e.g. an imitation policy's, not the backbone's default)."""
+    return {k: v for k, v in overrides.items() if not k.startswith("policy.")}
 
 
 _ENV_INFOS: dict[tuple[str, int], Any] = {}
@@ -141,7 +147,7 @@ def match_width(backbone: str, preset: str, env: str, overrides: Mapping[str, An
     knob = default_registry().backbone(backbone).width
     if knob is None:
         return {}
-    base = run_spec(backbone, env, preset, None, 0, None, overrides).model
+    base = run_spec(backbone, env, preset, None, 0, None, without_policy(overrides)).model
 
     def count(width: int) -> int:
         return world_model_parameters(backbone, preset, env, {**overrides, **width_fields(base, knob, width)})

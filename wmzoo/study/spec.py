@@ -191,7 +191,7 @@ def check_names(study: StudySpec, prefix: str = "study: ") -> None:
         for env in study.envs:
             try:
                 run_spec(choice.backbone, env, choice.preset(study.preset), None, 0, None,
-                         {**study.set, **choice.set})
+                         {**study.set, **choice.set}, imitation=study.budget.imitation)
             except WmzooError as exc:
                 raise WmzooError(f"{prefix}backbones[{i}] ({choice.name}) on {env}: {exc}") from None
 
