@@ -17,8 +17,11 @@ with it), so it does not detach.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import torch
 from pydantic import Field
-from torch import nn
+from torch import Tensor, nn
 
 from wmzoo.agents.dreamer import PRESETS as DREAMER_PRESETS
 from wmzoo.agents.dreamer import DreamerPolicy, DreamerSpec
@@ -43,20 +46,21 @@ class TokenWMPolicy(DreamerPolicy):
     spec: TokenWMPolicySpec
 
     def network(self, feature_shape: tuple[int, ...], outputs: int, zero_init: bool = False) -> nn.Module:
-        reader, width = token_reader("tokenwm-ac", feature_shape, self.spec.queries, self.spec.heads)
-        return nn.Sequential(reader, MLP(width, outputs, self.spec.units, self.spec.layers, zero_init=zero_init))
+        read, width = token_reader("tokenwm-ac", feature_shape, self.spec.queries, self.spec.heads)
+        return nn.Sequential(*read, MLP(width, outputs, self.spec.units, self.spec.layers, zero_init=zero_init))
 
 
-def token_reader(policy: str, feature_shape: tuple[int, ...], queries: int, heads: int) -> tuple[nn.Module, int]:
+def token_reader(policy: str, feature_shape: tuple[int, ...], queries: int, heads: int
+                 ) -> tuple[list[nn.Module], int]:
     """Section 3.6's read-out: ``queries`` learned tokens cross-attend to the state tokens
-    ``[N_h, D]`` and are flattened (width ``queries · D``)."""
+    ``[N_h, D]`` and are flattened (the modules in order, and the width ``queries · D``)."""
     if len(feature_shape) != 2:
         raise WmzooError(f"policy '{policy}' reads a token set [N, D], but the backbone's features "
                          f"have shape {feature_shape}; pick a policy for {len(feature_shape)}-D features")
     _, dim = feature_shape
     if dim % heads:
         raise SpecError(f"policy.heads={heads} must divide the width of the state tokens, {dim}")
-    return nn.Sequential(PerceiverReadout(dim, heads, queries, post_norm=True), nn.Flatten(-2)), queries * dim
+    return [PerceiverReadout(dim, heads, queries, post_norm=True), nn.Flatten(-2)], queries * dim
 
 
 class TokenWMImitationSpec(ImitationSpec):
@@ -66,15 +70,46 @@ class TokenWMImitationSpec(ImitationSpec):
     heads: int = Field(8, ge=1, le=64, description="attention heads of the read-out (must divide the tokens' width)")
     detach: bool = Field(False, description="stop the policy's gradient at h* (eq. 1 trains TokenWM with it; "
                          "appendix B: RSSM must detach)")
+    groups: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list, description="continuous actions: sizes of the groups of action dimensions, one "
+        "read-out query each (3.6: translation 3, rotation 3, gripper 1 → [3, 3, 1]); empty: one read-out for all",
+    )
 
 
 class TokenWMImitationPolicy(ImitationPolicy):
-    """π(a_t | h*_t, c): perceiver read-out of h*, concatenated with c, MLPs (figure 1b)."""
+    """π(a_t | h*_t, c): perceiver read-out of h*, concatenated with c, MLPs (figure 1b).
+
+    With ``groups`` (3.6's "actions in a group form"), read-out query ``g`` is group ``g``'s own
+    token: it is concatenated with c and its own MLP gives the bins of that group's dimensions."""
 
     spec: TokenWMImitationSpec
 
     def reader(self, feature_shape: tuple[int, ...]) -> tuple[nn.Module, int]:
-        return token_reader("tokenwm-bc", feature_shape, self.spec.queries, self.spec.heads)
+        groups = self.spec.groups
+        if groups:
+            if self.env.discrete or sum(groups) != self.env.num_actions:
+                kind = "discrete actions" if self.env.discrete else f"{self.env.num_actions} action dimensions"
+                raise SpecError(f"policy.groups={groups}: groups split continuous action dimensions; "
+                                f"this env has {kind}")
+            if self.spec.queries != len(groups):
+                raise SpecError(f"policy.groups={groups} reads one query per group: set policy.queries={len(groups)}")
+        read, width = token_reader("tokenwm-bc", feature_shape, self.spec.queries, self.spec.heads)
+        return (read[0], width // self.spec.queries) if groups else (nn.Sequential(*read), width)
+
+    def action_head(self, width: int) -> nn.Module:
+        if not self.spec.groups:
+            return super().action_head(width)
+        spec = self.spec
+        return nn.ModuleList(MLP(width + spec.text_dim, size * self.choices, spec.units, spec.layers)
+                             for size in spec.groups)
+
+    def logits(self, features: Tensor, condition: Tensor) -> Tensor:
+        if not self.spec.groups:
+            return super().logits(features, condition)
+        tokens, c = self.read(features), self.text(condition)  # [..., groups, D], [..., text_dim]
+        out = [head(torch.cat([tokens[..., g, :], c], -1)).unflatten(-1, (size, self.choices))
+               for g, (head, size) in enumerate(zip(self.head, self.spec.groups))]
+        return torch.cat(out, -2)  # [..., A, bins]
 
 
 IMITATION: dict[str, TokenWMImitationSpec] = {

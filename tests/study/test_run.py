@@ -188,3 +188,29 @@ def test_an_online_study_scores_cells_by_their_eval_json(tmp_path: Path):
     assert all(e["temperature"] == 0.5 and e["sample"] for e in evals)
     curve = report["curves"]["minigrid-empty-5x5"]["rssm:tiny"]
     assert curve["seeds"] == 2 and curve["x"] and max(curve["x"]) <= 160
+
+
+def test_an_imitation_study_trains_with_demonstrations_and_scores_the_success_rate(tmp_path: Path):
+    # Catches: imitation cells trained without --imitation (a world model and no policy learnt),
+    # scored on the dataset's Gen. MSE or by the mean return instead of the success rate, a named
+    # row (the memory ablation of the same backbone) merged with the backbone's own row, a
+    # policy field of the cells (policy.optim.lr) refused by the world-model parameter count.
+    pytest.importorskip("minigrid")
+    study = {"name": "bc", "backbones": ["tokenwm", {"name": "tokenwm", "row": "no-memory", "set": {"model.memory": 0}}],
+             "envs": ["babyai-goto-local"], "seeds": 1,
+             "budget": {"updates": 2, "episodes": 6, "size": 16, "imitation": True},
+             "eval": {"episodes": 3, "max_steps": 5},
+             "set": {"model.batch_size": 2, "model.seq_len": 4, "policy.optim.lr": 1e-3}}
+    out = tmp_path / "out"
+    records = run_study(study_from_dict(study), study, out, show_progress=False, log=lambda _: None)
+    assert [r["state"] for r in records] == ["done", "done"], [r.get("error") for r in records]
+    assert all("--imitation" in r["commands"][0] and r["commands"][-1].startswith("wmzoo eval") for r in records)
+    report = build_report(out, reps=100, bench=False)
+    assert report["mode"] == "imitation" and report["score"] == "success_rate" and report["higher_is_better"]
+    rows = report["per_env"]["babyai-goto-local"]
+    assert set(rows) == {"tokenwm:tiny", "no-memory"}
+    for cell in cells_of(out):
+        evaluation = json.loads((out / cell.path / "eval.json").read_text())
+        assert rows[cell.label]["mean"] == pytest.approx(evaluation["success_rate"])
+    params = report["parameters"]
+    assert params["no-memory"]["babyai-goto-local"]["world_model"] < params["tokenwm:tiny"]["babyai-goto-local"]["world_model"]

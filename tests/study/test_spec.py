@@ -150,3 +150,20 @@ def test_the_examples_study_is_valid_and_parameter_matched():
 
     study = load_study(Path(__file__).resolve().parents[2] / "examples" / "study.yaml")
     assert study.budget.offline and study.params == 400_000 and len(study.labels()) == 5
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"budget": {"steps": 10, "imitation": True}}, "imitation trains on recorded demonstrations"),
+    ({"backbones": ["rssm", {"name": "rssm", "row": "rssm:tiny"}]}, "backbones: rssm:tiny listed twice"),
+    ({"backbones": [{"name": "rssm", "row": "a b"}]}, "row"),
+    ({"set": {"policy.detach": "maybe"}, "budget": {"updates": 3, "episodes": 5, "size": 16, "imitation": True}},
+     "policy.detach"),
+])
+def test_bad_imitation_study_is_one_line(tmp_path: Path, capsys, change, field):
+    # Catches: an online imitation budget accepted (nothing to imitate), two rows of one name
+    # merged in the report, a policy field of the imitation policy not validated before cells run.
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({**BASE, **change}))
+    assert main(["study", "run", str(spec), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err, err

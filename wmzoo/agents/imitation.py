@@ -115,11 +115,11 @@ class ImitationPolicy(Policy):
         if not env.discrete and len(spec.action_low) != env.num_actions:
             raise SpecError(f"continuous actions of {env.num_actions} dimensions need policy.action_low and "
                             "policy.action_high (filled from the demonstrations by wmzoo run --imitation)")
+        self.categoricals = 1 if env.discrete else env.num_actions
+        self.choices = env.num_actions if env.discrete else spec.bins
         self.read, width = self.reader(feature_shape)
         self.text = MissionEncoder(len(spec.vocabulary), spec.max_words, spec.text_dim)
-        self.groups = 1 if env.discrete else env.num_actions
-        choices = env.num_actions if env.discrete else spec.bins
-        self.head = MLP(width + spec.text_dim, self.groups * choices, spec.units, spec.layers)
+        self.head = self.action_head(width)
         if not env.discrete:
             self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(spec.action_high, dtype=torch.float32))
@@ -130,12 +130,16 @@ class ImitationPolicy(Policy):
         The default flattens them; a backbone's own imitation policy overrides it."""
         return nn.Flatten(-len(feature_shape)), math.prod(feature_shape)
 
+    def action_head(self, width: int) -> nn.Module:
+        """The MLP from the read-out (``width``) and c to the logits of every action group."""
+        return MLP(width + self.spec.text_dim, self.categoricals * self.choices, self.spec.units, self.spec.layers)
+
     # -- π(a | features, c) ----------------------------------------------------------------
     def logits(self, features: Tensor, condition: Tensor) -> Tensor:
         """``[..., groups, choices]``: one categorical per action group (1 for discrete actions,
         one per dimension of a continuous action)."""
         x = torch.cat([self.read(features), self.text(condition)], -1)
-        return self.head(x).unflatten(-1, (self.groups, -1))
+        return self.head(x).unflatten(-1, (self.categoricals, -1))
 
     def to_bins(self, action: Tensor) -> Tensor:
         """Continuous actions ``[..., A]`` → the nearest of ``bins`` bins per dimension ``[..., A]``."""

@@ -61,3 +61,32 @@ def test_features_it_cannot_read_are_one_line_errors():
         _policy(heads=3)
     with pytest.raises(WmzooError, match=r"policy 'dreamer' reads 1-D features.*\(6, 16\)"):
         DreamerPolicy(DREAMER_PRESETS["tiny"], TOKENS, ENV)
+
+
+def test_grouped_actions_read_one_query_each_and_bin_their_own_dimensions():
+    # catches: a group's MLP fed another group's query token, group sizes not summing to the
+    # action's dimensions accepted, the logits of a group put at another group's dimensions
+    from wmzoo.registry import create_policy
+
+    env = EnvInfo(name="arm", obs_shape=(3, 16, 16), num_actions=3, discrete=False)
+    fields = {"groups": [2, 1], "queries": 2, "bins": 5, "action_low": [-1.0] * 3, "action_high": [1.0] * 3}
+    torch.manual_seed(0)
+    policy = create_policy("tokenwm-bc", TOKENS, env, overrides=fields)
+    features, condition = torch.randn(4, *TOKENS), torch.zeros(4, policy.spec.max_words, dtype=torch.long)
+    logits = policy.logits(features, condition)
+    assert logits.shape == (4, 3, 5)
+    with torch.no_grad():
+        policy.head[1].out.bias += 1.0  # the gripper group's head only
+    changed = policy.logits(features, condition)
+    torch.testing.assert_close(changed[:, :2], logits[:, :2])
+    assert not torch.allclose(changed[:, 2], logits[:, 2])
+    tokens, c = policy.read(features), policy.text(condition)
+    torch.testing.assert_close(changed[:, :2], policy.head[0](torch.cat([tokens[:, 0], c], -1)).unflatten(-1, (2, 5)))
+    torch.testing.assert_close(changed[:, 2:], policy.head[1](torch.cat([tokens[:, 1], c], -1)).unflatten(-1, (1, 5)))
+    action, _ = policy.act(features, {}, sample=False)
+    assert action.shape == (4, 3) and action.abs().max() <= 1.0
+    for bad, match in (({"groups": [2, 2]}, "3 action dimensions"), ({"groups": [2, 1], "queries": 3}, "policy.queries=2")):
+        with pytest.raises(SpecError, match=match):
+            create_policy("tokenwm-bc", TOKENS, env, overrides={**fields, **bad})
+    with pytest.raises(SpecError, match="discrete actions"):
+        create_policy("tokenwm-bc", TOKENS, ENV, overrides={"groups": [1], "queries": 1})
