@@ -115,3 +115,13 @@ def test_a_replay_smaller_than_one_batch_is_refused_up_front():
 
     with pytest.raises(WmzooError, match="train.replay_capacity 10 holds less than one batch"):
         run_spec("rssm", "minigrid-empty-5x5", "tiny", None, None, None, ["train.replay_capacity=10"])
+
+
+def test_field_help_shows_the_default_of_a_default_factory():
+    # catches: `wmzoo spec` printing "PydanticUndefined" for list fields (bc's vocabulary)
+    from wmzoo.agents.imitation import ImitationSpec
+    from wmzoo.specs import field_help
+
+    lines = {line.split(" = ")[0]: line for line in field_help(ImitationSpec, "policy.")}
+    assert lines["policy.vocabulary"].startswith("policy.vocabulary = []")
+    assert "Undefined" not in "".join(lines.values())

@@ -317,4 +317,5 @@ def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
             continue
         bounds = [str(m) for m in info.metadata]
         extra = f" [{', '.join(bounds)}]" if bounds else ""
-        yield f"{path} = {json.dumps(info.default, default=str)}{extra}  {info.description or ''}".rstrip()
+        default = info.get_default(call_default_factory=True)  # a list field's [] rather than "undefined"
+        yield f"{path} = {json.dumps(default, default=str)}{extra}  {info.description or ''}".rstrip()
