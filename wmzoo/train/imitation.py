@@ -115,6 +115,8 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
         check_same_data(logdir, recorded, record)
     info = data_env_info(train_dir, run)
     run = recorded_image_size(run, info)
+    if run.train.threads:
+        torch.set_num_threads(run.train.threads)
     demos = Demonstrations(root, "train")
     if not resume:
         run = fill_from_demonstrations(run, demos, info.discrete)

@@ -214,6 +214,8 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
         check_same_data(logdir, recorded, record)
     info = data_env_info(data, run)
     run = recorded_image_size(run, info)
+    if run.train.threads:
+        torch.set_num_threads(run.train.threads)
     torch.manual_seed(run.seed)
     agent = Agent(run, info)
     progress = Progress()
