@@ -105,7 +105,7 @@ def test_unknown_names_suggest_close_matches():
         r.backbone("rsm")
     with pytest.raises(UnknownNameError, match=r"did you mean: .*crafter"):
         r.env("crafterr")
-    with pytest.raises(UnknownNameError, match="known: delta-iris-ac, dreamer, iris-ac"):
+    with pytest.raises(UnknownNameError, match="known: bc, delta-iris-ac, dreamer, iris-ac"):
         r.policy("zzzzzz")
 
 
