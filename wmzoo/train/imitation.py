@@ -16,13 +16,11 @@ records the data, with ``"mode": "imitation"``, so ``--resume`` continues on the
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
 from wmzoo.agents.imitation import ImitationPolicy, ImitationSpec
 from wmzoo.atomic import write_text_atomic
@@ -33,11 +31,10 @@ from wmzoo.interfaces import Batch
 from wmzoo.optim import step_components
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
-from wmzoo.train.logger import Logger
-from wmzoo.train.loop import Progress, _interrupt_guard, log_update, nonfinite_guard
+from wmzoo.train.loop import Progress, update_loop
 from wmzoo.train.rundir import (
-    CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, record_imagination, recorded_data,
-    recorded_image_size, restore_run, save_run, write_run_spec,
+    CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, recorded_data, recorded_image_size,
+    restore_run, write_run_spec,
 )
 
 MODE = "imitation"  # offline.json's "mode" of an imitation run
@@ -93,7 +90,7 @@ class _Frames:
         return len(self.demos)
 
     def sample(self, batch_size: int, seq_len: int) -> Batch:
-        return self.demos.sample(batch_size, seq_len)[0]  # (read_with was called: the trainer's)
+        return self.demos.sample(batch_size, seq_len)[0]
 
 
 def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume: bool = False,
@@ -134,7 +131,6 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:
         write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
-    logger, guard = Logger(logdir), nonfinite_guard(agent, logdir)
     optimizers = agent.named_optimizers()
     B, T = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
 
@@ -147,21 +143,6 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
         metrics.update({f"{name}/grad_norm": norm for name, norm in norms.items()})
         return metrics
 
-    def checkpoint() -> Path:
-        return save_run(logdir, agent, asdict(progress))
-
-    with _interrupt_guard(checkpoint, progress, offline=True):
-        for _ in tqdm(range(progress.updates, updates), initial=progress.updates, total=updates,
-                      disable=not show_progress, desc="wmzoo imitation"):
-            metrics = update()
-            progress.updates += 1
-            log_update(guard, logger, progress, metrics, progress.updates)
-            if progress.updates % run.train.log_every == 0:
-                logger.write(progress.updates)
-            if progress.updates % run.train.checkpoint_every == 0:
-                checkpoint()
-    logger.write(progress.updates)
-    path = checkpoint()
-    record_imagination(agent, _Frames(demos), logdir, logger, progress.updates)  # type: ignore[arg-type]
-    logger.close()
-    return path
+    frames = _Frames(demos)
+    return update_loop(agent, logdir, progress, updates, update, frames, "wmzoo imitation",  # type: ignore[arg-type]
+                       show_progress)

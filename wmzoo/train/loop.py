@@ -32,6 +32,7 @@ import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -234,26 +235,36 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:  # a new run, or its data moved
         write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
-    logger = Logger(logdir)
     batches = WorldModelBatches(agent, replay, episode_rows)
-    guard = nonfinite_guard(agent, logdir)
+    return update_loop(agent, logdir, progress, updates, lambda: batches.update(progress.updates).metrics,
+                       replay, "wmzoo offline", show_progress)
+
+
+def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, update: Callable[[], dict[str, float]],
+                frames: Replay, desc: str, show_progress: bool = True) -> Path:
+    """The loop of a run without env steps (offline, imitation): ``update()`` (one update, its
+    scalars) until ``updates``, logging every ``train.log_every`` and checkpointing every
+    ``train.checkpoint_every`` (and on Ctrl-C or SIGTERM); then the last checkpoint and the
+    imagination GIF of a segment of ``frames``. Returns the checkpoint path."""
+    train = agent.run.train
+    logger, guard = Logger(logdir), nonfinite_guard(agent, logdir)
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))
 
     with _interrupt_guard(checkpoint, progress, offline=True):
         for _ in tqdm(range(progress.updates, updates), initial=progress.updates, total=updates,
-                      disable=not show_progress, desc="wmzoo offline"):
-            metrics = batches.update(progress.updates).metrics
+                      disable=not show_progress, desc=desc):
+            metrics = update()
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
             log_update(guard, logger, progress, metrics, progress.updates)
-            if progress.updates % run.train.log_every == 0:
+            if progress.updates % train.log_every == 0:
                 logger.write(progress.updates)
-            if progress.updates % run.train.checkpoint_every == 0:
+            if progress.updates % train.checkpoint_every == 0:
                 checkpoint()
     logger.write(progress.updates)
     path = checkpoint()
-    record_imagination(agent, replay, logdir, logger, progress.updates)
+    record_imagination(agent, frames, logdir, logger, progress.updates)
     logger.close()
     return path
 
