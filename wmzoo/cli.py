@@ -27,6 +27,7 @@ EPILOG = """examples:
   wmzoo run --logdir runs/dm --resume --steps 2000
   wmzoo data generate --env babyai-goto-local --episodes 1000 --size 32 --out data/gotolocal
   wmzoo run --backbone tokenwm --imitation data/gotolocal --steps 2000 --logdir runs/bc
+  wmzoo data import-libero libero_spatial/*.hdf5 --out data/libero-spatial --size 64
   wmzoo eval --checkpoint runs/mem/checkpoint.safetensors --episodes 5
   wmzoo imagine --checkpoint runs/mem/checkpoint.safetensors --out mem.gif
   wmzoo bench --backbones rssm:tiny,rssm:small --mode train --batch 4 --seq-len 64
@@ -131,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="tiny")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
-    p = sub.add_parser("data", help="offline datasets: generate train/val/test episodes")
+    p = sub.add_parser("data", help="offline datasets: generate train/val/test episodes, or import LIBERO's")
     data_sub = p.add_subparsers(dest="data_command", required=True)
     p = data_sub.add_parser("generate", help="record episodes with the env's scripted (else random) policy")
     p.add_argument("--env", required=True, help="environment name, e.g. distracting-memory-100")
@@ -141,6 +142,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=64, help="image size (paper: 64 for 3D, 40 for 2D)")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
     p.add_argument("--split", default="0.8,0.1,0.1", help="train,val,test fractions (default: the paper's)")
+
+    p = data_sub.add_parser("import-libero", help="LIBERO's HDF5 demonstrations as a dataset (needs h5py)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="LIBERO .hdf5 demonstration files (one per task)")
+    p.add_argument("--out", required=True, help="dataset folder (re-run the same command to resume)")
+    p.add_argument("--env", help="the LIBERO suite, e.g. libero-spatial (default: read from the files)")
+    p.add_argument("--size", type=int, default=64, help="image size (default: 64)")
+    p.add_argument("--camera", default="agentview_rgb", help="obs key of the images (default: agentview_rgb; "
+                   "LIBERO also has eye_in_hand_rgb)")
+    p.add_argument("--seed", type=int, default=0, help="shuffles the demonstrations before splitting")
+    p.add_argument("--split", default="0.8,0.1,0.1", help="train,val,test fractions (the paper trains on all: 1,0,0)")
+    p.add_argument("--align", default="libero", choices=("libero", "causal"),
+                   help="row t's action: the file's action t (libero, default) or t+1, the one taken after "
+                   "frame t (causal; LIBERO stores each frame after its action)")
+    p.add_argument("--image-convention", default="auto", choices=("auto", "opengl", "opencv"),
+                   help="opengl: frames stored upside down, flipped on import; auto: as the file records "
+                   "(opengl where it says nothing)")
 
     p = sub.add_parser("evaluate", help="the s4wm paper's memory metrics of a checkpoint on a dataset")
     p.add_argument("--checkpoint", required=True)
@@ -473,6 +490,12 @@ def cmd_data(args: argparse.Namespace) -> int:
     from wmzoo.data.generate import generate
     from wmzoo.data.splits import parse_split
 
+    if args.data_command == "import-libero":
+        from wmzoo.data.libero import import_libero
+
+        import_libero(args.files, args.out, env=args.env, size=args.size, camera=args.camera, seed=args.seed,
+                      split=parse_split(args.split), align=args.align, image_convention=args.image_convention)
+        return 0
     generate(args.env, args.episodes, args.out, workers=args.workers, size=args.size,
              seed=args.seed, split=parse_split(args.split))
     return 0

@@ -24,7 +24,7 @@ def entry(name: str) -> EnvEntry:
 def test_entries_and_extras() -> None:
     entries = {e.name: e for e in wmzoo_envs()}
     assert set(entries) == {
-        "atari-*", "crafter", "minigrid-*", "babyai-*",
+        "atari-*", "crafter", "minigrid-*", "babyai-*", "libero-*",
         "memory-maze-9x9", "memory-maze-11x11", "memory-maze-13x13", "memory-maze-15x15",
         # the s4wm paper's memory tasks (section 5)
         "two-rooms", "four-rooms", "ten-rooms",
@@ -38,6 +38,7 @@ def test_entries_and_extras() -> None:
     assert entries["crafter"].requires == ("crafter",)
     assert entries["minigrid-*"].requires == ("minigrid",) == entries["babyai-*"].requires
     assert entries["memory-maze-13x13"].extra == "memory-maze"
+    assert entries["libero-*"].requires == ("libero",) and entries["libero-*"].extra == "libero"
     assert set(entries["memory-maze-13x13"].requires) == {"memory_maze", "gym", "dm_control"}
     for e in entries.values():
         assert e.description
@@ -96,6 +97,7 @@ def test_plugin_import_is_cheap() -> None:
         ("minigrid-empty-5x5", "minigrid", "minigrid"),
         ("memory-maze", "memory_maze", "memory-maze"),
         ("memory-maze-11x11", "gym", "memory-maze"),
+        ("libero-spatial", "libero", "libero"),
     ],
 )
 def test_missing_dependency(

@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,11 +70,14 @@ class EpisodeFile:
 @dataclass
 class Manifest:
     args: Arguments
-    policy: str  # "scripted", "expert" (demonstrations, e.g. BabyAI's bot) or "random"
+    policy: str  # "scripted", "expert" (demonstrations, e.g. BabyAI's bot), "random" or "human"
     env_info: EnvInfo
     context_length: int | None
     query_length: int | None
     files: dict[int, EpisodeFile]
+    source: dict[str, Any] | None = None
+    """What an imported dataset was made from (``wmzoo data import-libero``: the files, the
+    options, each episode's demonstration); ``None`` for a generated one. A re-run must match it."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -95,6 +99,7 @@ class Manifest:
                 "env_info": asdict(self.env_info),
                 "complete": self.complete,
                 "files": [asdict(self.files[i]) for i in sorted(self.files)],
+                **({"source": self.source} if self.source is not None else {}),
             },
             indent=1,
         )
@@ -112,8 +117,11 @@ class Manifest:
             args = Arguments(raw["env"], int(raw["episodes"]), int(raw["size"]), int(raw["seed"]),
                              tuple(float(x) for x in raw["split"]))  # type: ignore[arg-type]
             files = {int(f["index"]): EpisodeFile(**f) for f in raw["files"]}
+            source = raw.get("source")
+            if source is not None and not isinstance(source, dict):
+                raise ValueError(f"source is {type(source).__name__}, not an object")
             return Manifest(args, raw["policy"], EnvInfo.from_dict(raw["env_info"]),
-                            raw["context_length"], raw["query_length"], files)
+                            raw["context_length"], raw["query_length"], files, source)
         except (ValueError, KeyError, TypeError) as exc:
             raise WmzooError(f"{path} is corrupt ({type(exc).__name__}: {exc}); regenerate the dataset") from None
 

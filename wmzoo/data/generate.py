@@ -11,9 +11,12 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from wmzoo.atomic import remove_temporaries
 from wmzoo.data.dataset import (
@@ -29,7 +32,6 @@ from wmzoo.data.record import record_episode, write_episode
 from wmzoo.data.splits import PAPER_SPLIT, SPLITS, normalise_split, split_counts, split_of, stream_id
 from wmzoo.data.store import ChunkName, read_chunk
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import EnvInfo
 
 _MANIFEST_EVERY_S = 10.0  # how often a long run records its progress in the manifest
 _START_METHOD = "forkserver"
@@ -59,6 +61,9 @@ def generate(
     args = Arguments(env, episodes, size, seed, normalise_split(split))
     existing = Manifest.read(root) if (root / MANIFEST).exists() else None
     if existing is not None:
+        if existing.source is not None:
+            raise WmzooError(f"{root} holds a dataset imported from {existing.source.get('kind')} files, "
+                             "not a generated one; choose another --out")
         check_same(existing.args, args, root)
     probe = make_env(env, seed=seed, size=size, train=True)
     try:
@@ -75,13 +80,7 @@ def generate(
         probe.close()
     if policy == "random":
         log(f"{env} has no scripted policy or expert: recording a uniformly random policy")
-    counts = manifest.counts
-    for name in SPLITS:
-        (root / name).mkdir(parents=True, exist_ok=True)
-    manifest.files = _verified(root, existing, args, counts, log)
-    manifest.write(root)
-    _write_env_info(root, manifest.env_info)
-    todo = [i for i in range(episodes) if i not in manifest.files]
+    todo = prepare(root, manifest, existing, log)
     if not todo:
         log(f"{root}: all {episodes} episodes already complete (checksums verified)")
     else:
@@ -89,49 +88,93 @@ def generate(
     return manifest
 
 
-def _run(manifest: Manifest, root: Path, todo: list[int], workers: int, log: Any) -> None:
-    """Generate ``todo`` (in-process or with a pool), recording each file in the manifest; on
-    Ctrl-C/SIGTERM the manifest keeps every finished episode and no partial file stays."""
+def prepare(root: Path, manifest: Manifest, existing: Manifest | None, log: Any) -> list[int]:
+    """Lay out the dataset folder ``root`` for ``manifest`` (whose ``files`` this fills): the
+    split folders, the episodes already on disk that verify (:func:`_verified`; anything else of
+    ours is deleted), the manifest and every split's ``env.json``. Returns the episodes still to
+    write. Shared by ``wmzoo data generate`` and the importers (:mod:`wmzoo.data.libero`)."""
+    for name in SPLITS:
+        (root / name).mkdir(parents=True, exist_ok=True)
+    manifest.files = _verified(root, existing, manifest.args, manifest.counts, log)
+    manifest.write(root)
+    for split in SPLITS:
+        write_env_info(root / split, manifest.env_info)
+    return [i for i in range(manifest.args.episodes) if i not in manifest.files]
+
+
+@contextmanager
+def recording(manifest: Manifest, root: Path, todo: list[int], what: str, log: Any, detail: str = ""
+              ) -> Iterator[Callable[[EpisodeFile], None]]:
+    """Record finished episode files in the manifest through the function this yields (the
+    manifest is saved every few seconds, with a progress line). On Ctrl-C/SIGTERM, and whatever
+    else ends the block, the manifest keeps every finished episode and no partial file stays;
+    an interruption is one error line saying how to continue. ``what``: "generating",
+    "importing"; ``detail`` follows the policy in the first progress line."""
     args, done = manifest.args, len(manifest.files)
-    log(f"generating {len(todo)} of {args.episodes} episodes of {args.env} "
-        f"({manifest.policy} policy, {workers} worker{'s' if workers > 1 else ''}) into {root}")
+    log(f"{what} {len(todo)} of {args.episodes} episodes of {args.env} ({manifest.policy} policy{detail}) into {root}")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    pool = None
     start = last_write = time.time()
+
+    def add(entry: EpisodeFile) -> None:
+        nonlocal last_write
+        manifest.files[entry.index] = entry
+        if time.time() - last_write > _MANIFEST_EVERY_S:
+            manifest.write(root)
+            last_write = time.time()
+            n = len(manifest.files) - done
+            log(f"  {len(manifest.files)}/{args.episodes} episodes ({n / (last_write - start):.2f}/s)")
+
     try:
-        if workers == 1:
-            _init_worker(args, str(root), ignore_sigint=False)
-            results: Iterable[EpisodeFile] = map(_work, todo)
-        else:
-            context = multiprocessing.get_context(_START_METHOD)
-            if _START_METHOD == "forkserver":
-                context.set_forkserver_preload([__name__, "wmzoo.registry"])
-            pool = context.Pool(workers, initializer=_init_worker, initargs=(args, str(root), True))
-            results = pool.imap_unordered(_work, todo)
-        for entry in results:
-            manifest.files[entry.index] = entry
-            if time.time() - last_write > _MANIFEST_EVERY_S:
-                manifest.write(root)
-                last_write = time.time()
-                n = len(manifest.files) - done
-                log(f"  {len(manifest.files)}/{args.episodes} episodes ({n / (last_write - start):.2f}/s)")
+        yield add
     except KeyboardInterrupt:
         raise WmzooError(
             f"interrupted after {len(manifest.files)} of {args.episodes} episodes; "
             "run the same command again to continue"
         ) from None
-    finally:  # whatever happened: stop the workers, keep what is finished, drop partial files
+    finally:  # whatever happened: keep what is finished, drop partial files
         signal.signal(signal.SIGTERM, previous)
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-        if "env" in _WORKER:
-            _WORKER.pop("env").close()
         manifest.write(root)
         _clean_tmp(root)
     elapsed = max(time.time() - start, 1e-9)
     log(f"wrote {len(todo)} episodes in {elapsed:.1f} s ({len(todo) / elapsed:.2f} episodes/s); "
         f"splits {manifest.counts}")
+
+
+def write_episode_file(root: Path, args: Arguments, index: int, data: dict[str, np.ndarray]) -> EpisodeFile:
+    """Write episode ``index`` of the dataset ``root`` (its split's stream, its place in the
+    split; :func:`wmzoo.data.record.write_episode`) and return its manifest entry."""
+    split, position = split_of(index, split_counts(args.episodes, args.split))
+    rows = len(data["reward"])
+    name = ChunkName(index, stream_id(args.env, args.seed, split), position, rows).filename
+    digest = write_episode(root / split / name, data)
+    return EpisodeFile(index, split, f"{split}/{name}", digest, rows)
+
+
+def _run(manifest: Manifest, root: Path, todo: list[int], workers: int, log: Any) -> None:
+    """Generate ``todo`` (in-process or with a pool), recording each file in the manifest
+    (:func:`recording`)."""
+    args = manifest.args
+    pool = None
+    workers_text = f", {workers} worker{'s' if workers > 1 else ''}"
+    with recording(manifest, root, todo, "generating", log, workers_text) as add:
+        try:
+            if workers == 1:
+                _init_worker(args, str(root), ignore_sigint=False)
+                results: Iterable[EpisodeFile] = map(_work, todo)
+            else:
+                context = multiprocessing.get_context(_START_METHOD)
+                if _START_METHOD == "forkserver":
+                    context.set_forkserver_preload([__name__, "wmzoo.registry"])
+                pool = context.Pool(workers, initializer=_init_worker, initargs=(args, str(root), True))
+                results = pool.imap_unordered(_work, todo)
+            for entry in results:
+                add(entry)
+        finally:  # stop the workers before recording() removes partial files
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+            if "env" in _WORKER:
+                _WORKER.pop("env").close()
 
 
 _WORKER: dict[str, Any] = {}
@@ -150,12 +193,7 @@ def _work(index: int) -> EpisodeFile:
     """Record and write episode ``index`` (runs in a worker)."""
     args, root = _WORKER["args"], _WORKER["root"]
     data, _ = record_episode(_WORKER["env"], args.seed + index)
-    counts = split_counts(args.episodes, args.split)
-    split, position = split_of(index, counts)
-    rows = len(data["reward"])
-    name = ChunkName(index, stream_id(args.env, args.seed, split), position, rows).filename
-    digest = write_episode(root / split / name, data)
-    return EpisodeFile(index, split, f"{split}/{name}", digest, rows)
+    return write_episode_file(root, args, index, data)
 
 
 def _verified(root: Path, existing: Manifest | None, args: Arguments, counts: dict[str, int],
@@ -202,11 +240,6 @@ def _verified(root: Path, existing: Manifest | None, args: Arguments, counts: di
 def _clean_tmp(root: Path) -> None:
     for split in SPLITS:
         remove_temporaries(root / split)
-
-
-def _write_env_info(root: Path, info: EnvInfo) -> None:
-    for split in SPLITS:
-        write_env_info(root / split, info)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -31,6 +31,8 @@ MINIGRID_EXAMPLES = (
     "minigrid-fourrooms",
 )
 
+LIBERO_SUITES = ("libero-spatial", "libero-object", "libero-goal", "libero-10", "libero-90")
+
 BABYAI_EXAMPLES = (
     "babyai-goto-red-ball-grey",
     "babyai-goto-local",
@@ -55,8 +57,8 @@ def _lazy_make(module: str) -> Callable[..., gymnasium.Env]:
 
 @hookimpl
 def wmzoo_envs() -> list[EnvEntry]:
-    """Atari (family ``atari-*``), Crafter, MiniGrid (families ``minigrid-*``, ``babyai-*``) and
-    Memory Maze."""
+    """Atari (family ``atari-*``), Crafter, MiniGrid (families ``minigrid-*``, ``babyai-*``),
+    LIBERO (``libero-*``) and Memory Maze."""
     memory_maze = _lazy_make("memory_maze")
     return [
         EnvEntry(
@@ -92,6 +94,15 @@ def wmzoo_envs() -> list[EnvEntry]:
             description="BabyAI levels: language missions (info['mission']), the 7x7 partial view as RGB, "
             "7 actions; an expert (BabyAIBot) that wmzoo data generate records",
             examples=BABYAI_EXAMPLES,
+        ),
+        EnvEntry(
+            name="libero-*",
+            make=_lazy_make("libero"),
+            requires=("libero",),
+            extra="libero",
+            description="LIBERO suites (robosuite/MuJoCo): 10 language-conditioned manipulation tasks each, "
+            "7-D continuous actions; demonstrations: wmzoo data import-libero (no simulator needed)",
+            examples=LIBERO_SUITES,
         ),
         *(
             EnvEntry(
