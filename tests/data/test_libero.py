@@ -214,3 +214,30 @@ def test_imitation_trains_on_imported_demonstrations(files, tmp_path, capsys, ba
     if importlib.util.find_spec("libero") is None:
         assert main(["eval", "--checkpoint", str(logdir / "checkpoint.safetensors"), "--episodes", "1"]) == 2
         assert "environment 'libero-spatial' is unavailable: missing module libero" in _one_error(capsys)
+
+
+def test_an_interrupted_import_resumes_to_the_same_bytes(files, tmp_path, capsys, monkeypatch):
+    # catches: an interruption that loses the finished episodes from the manifest, leaves a
+    # partial file or a traceback; a resumed import whose files differ from an uninterrupted one
+    import wmzoo.data.libero as libero
+
+    paths, _, _ = files
+    assert _import(tmp_path / "whole", paths) == 0
+    whole = {e.index: e.sha256 for e in Manifest.read(tmp_path / "whole").files.values()}
+    real, calls = libero.demo_rows, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(libero, "demo_rows", interrupted)
+    out = tmp_path / "data"
+    capsys.readouterr()
+    assert _import(out, paths) == 2
+    assert "interrupted after 2 of 5 episodes; run the same command again" in _one_error(capsys)
+    assert len(Manifest.read(out).files) == 2 and not list(out.rglob("*.tmp"))
+    monkeypatch.setattr(libero, "demo_rows", real)
+    assert _import(out, paths) == 0
+    assert {e.index: e.sha256 for e in Manifest.read(out).files.values()} == whole
