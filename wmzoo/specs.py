@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from wmzoo.errors import UnknownNameError, WmzooError
 
@@ -118,6 +118,23 @@ class TrainSpec(Spec):
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
     checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
     gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
+    loggers: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = Field(
+        ("tensorboard",), description="experiment trackers that receive the scalars, images and GIF: "
+        'tensorboard (<logdir>/tb), wandb, mlflow (these two: pip install "wmzoo[trackers]")',
+    )
+
+    @field_validator("loggers", mode="before")
+    @classmethod
+    def _one_logger_by_name(cls, loggers: Any) -> Any:
+        return (loggers,) if isinstance(loggers, str) else loggers
+
+    @field_validator("loggers")
+    @classmethod
+    def _each_logger_once(cls, loggers: tuple[str, ...]) -> tuple[str, ...]:
+        twice = sorted({name for name in loggers if loggers.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once")
+        return loggers
     max_nonfinite: int = Field(
         10, ge=1, le=10_000, description="stop the run after this many updates in a row with a "
         "non-finite (NaN/inf) loss or gradient; each such step is skipped, and the last checkpoint kept",
@@ -157,7 +174,7 @@ STANDARD_RUN_PRESETS: dict[str, str] = {
 # sampled) is fixed by the checkpoint and the replay it was trained with.
 RESUMABLE_TRAIN_FIELDS: tuple[str, ...] = (
     "steps", "final_updates", "log_every", "checkpoint_every", "gif_horizon", "max_nonfinite", "device",
-    "threads",
+    "threads", "loggers",
 )
 
 

@@ -60,6 +60,7 @@ from wmzoo.train.rundir import (
     save_run,
     write_run_spec,
 )
+from wmzoo.train.trackers import check_trackers
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Progress:
 def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:
     """Train ``run`` online in ``logdir``; returns the checkpoint path."""
     T = run.train
+    check_trackers(T.loggers)
     if T.threads:
         torch.set_num_threads(T.threads)
     torch.manual_seed(run.seed)
@@ -108,7 +110,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         seed=run.seed + progress.updates, sampling=T.sampling,
     )
     collector = Collector(envs, agent, replay, seed=run.seed + 1000 * progress.episodes)
-    logger = Logger(logdir)
+    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
     batches = WorldModelBatches(agent, replay)
     start, next_log = time.time(), progress.env_steps + T.log_every
@@ -184,6 +186,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
     continues to ``updates`` in all, on the same data only (one line otherwise). As online, the
     resumed replay samples with seed ``run.seed + updates done`` (a stateful world model's carry
     starts afresh), so a resumed run is not bit-identical to an uninterrupted one."""
+    check_trackers(run.train.loggers)
     data = training_dir(data)
     if not data.is_dir():
         moved = " (a dataset that moved: --resume --offline ITS_NEW_FOLDER)" if resume else ""
@@ -219,7 +222,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:  # a new run, or its data moved
         write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
-    logger = Logger(logdir)
+    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
     batches = WorldModelBatches(agent, replay)
     guard = nonfinite_guard(agent, logdir)
 
