@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from wmzoo.errors import UnknownNameError, WmzooError
 
@@ -318,14 +319,19 @@ def from_preset(
     return validate(cls, merge(presets[name].model_dump(), overrides), prefix=prefix)
 
 
-def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
-    """``name (type, default): description`` lines for every field, recursing into sub-specs."""
+def iter_fields(cls: type[Spec], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """``(dotted name, field)`` of every leaf field, recursing into sub-specs in field order."""
     for name, info in cls.model_fields.items():
-        path = f"{prefix}{name}"
         ann = info.annotation
         if isinstance(ann, type) and issubclass(ann, Spec):
-            yield from field_help(ann, path + ".")
-            continue
+            yield from iter_fields(ann, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info
+
+
+def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
+    """``name (type, default): description`` lines for every field, recursing into sub-specs."""
+    for path, info in iter_fields(cls, prefix):
         bounds = [str(m) for m in info.metadata]
         extra = f" [{', '.join(bounds)}]" if bounds else ""
         yield f"{path} = {json.dumps(info.default, default=str)}{extra}  {info.description or ''}".rstrip()
