@@ -128,6 +128,30 @@ def test_env_availability_reports_the_extra(monkeypatch):
     assert not ok and reason == 'missing module wmzoo_no_such_module: pip install "wmzoo[atari]"'
 
 
+def test_install_hints_name_the_backbone_extra_that_includes_a_missing_env():
+    # Catches: `wmzoo list` not naming a backbone's extra, an env's hint not saying which backbone
+    # extras include it, or a backbone of an unknown distribution given a `wmzoo[...]` it lacks.
+    missing = EnvEntry(name="fake-*", make=lambda *a, **k: None, requires=("wmzoo_no_such_module",),
+                       extra="fakesuite", examples=("fake-one",))
+    other = EnvEntry(name="other", make=lambda *a, **k: None, extra="othersuite")
+    r = reg.build_registry(autoload=False)
+    r.register(plugin_of("wmzoo_envs", missing, other), name="envs")
+    r.register(plugin_of("wmzoo_backbones", backbone("fakebone", paper_envs=("fake-one", "other"))), name="dist")
+    r.register(plugin_of("wmzoo_backbones", backbone("loosebone", paper_envs=("fake-*",))), name="loose")
+    r.register(plugin_of("wmzoo_backbones", backbone("plainbone")), name="plain")
+    r.dists["dist"] = "fakepkg"  # as an entry point of the distribution fakepkg would set it
+    assert [e.name for e in r.paper_envs(r.backbone("fakebone"))] == ["fake-*", "other"]
+    rows = {(x.name, x.kind): x for x in r.listings()}
+    assert rows[("fakebone", "backbone")].hint == 'its paper\'s envs (fake-one, other): pip install "fakepkg[fakebone]"'
+    # no distribution: the hint names the envs' own extras
+    assert rows[("loosebone", "backbone")].hint == 'its paper\'s envs (fake-*): pip install "wmzoo[fakesuite]"'
+    assert rows[("plainbone", "backbone")].hint == ""
+    assert rows[("fake-one", "env")].reason == (
+        'missing module wmzoo_no_such_module: pip install "wmzoo[fakesuite]" (also in fakepkg[fakebone])'
+    )
+    assert rows[("other", "env")].available
+
+
 # --------------------------------------------------------------------------- failures isolated
 
 

@@ -87,6 +87,10 @@ class BackboneEntry:
 
     ``width`` (optional) is the :class:`WidthKnob` a parameter-matched study turns; a backbone
     without one runs at its preset's size and the study's report says so.
+
+    ``paper_envs`` names the environments (or families, ``atari-*``) its paper evaluates on;
+    the extra of the plugin's distribution named like the backbone installs them
+    (``pip install "wmzoo[rem]"``), and ``wmzoo list`` says so.
     """
 
     name: str
@@ -99,6 +103,7 @@ class BackboneEntry:
     paper: str = ""
     run_presets: Mapping[str, RunPreset] = field(default_factory=dict)
     width: WidthKnob | None = None
+    paper_envs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

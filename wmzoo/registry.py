@@ -147,6 +147,7 @@ class Listing:
     available: bool
     reason: str = ""
     description: str = ""
+    hint: str = ""  # a backbone's: the extra that installs the environments its paper evaluates on
 
 
 class Registry:
@@ -162,6 +163,7 @@ class Registry:
         self.load_failures = list(failures)
         self.dists = dict(dists or {})  # plugin name -> distribution, for entry-point plugins
         self._tables: dict[str, dict[str, Any]] | None = None
+        self._owners: dict[tuple[str, str], str] = {}  # (kind, name) -> the plugin that provides it
         self._entry_failures: list[PluginFailure] = []
 
     # -- building -----------------------------------------------------------------------
@@ -189,6 +191,7 @@ class Registry:
         rank = {name: i for i, (name, _) in enumerate(self.pm.list_name_plugin())}
         tables: dict[str, dict[str, Any]] = {}
         failures: list[PluginFailure] = []
+        owners: dict[tuple[str, str], str] = {}
         for etype in ENTRY_TYPES:
             table: dict[str, Any] = tables.setdefault(etype.kind, {})
             owner: dict[str, str] = {}
@@ -223,6 +226,7 @@ class Registry:
                     else:
                         table[name] = entry
                         owner[name] = plugin
+                        owners[(etype.kind, name)] = plugin
         # a malformed entry whose name a valid one has is listed by its plugin's name instead
         self._entry_failures = [
             dataclasses.replace(f, name=f.source, kind="plugin", plugin="")
@@ -230,6 +234,7 @@ class Registry:
             for f in failures
         ]
         self._tables = tables
+        self._owners = owners
 
     @property
     def tables(self) -> dict[str, dict[str, Any]]:
@@ -278,16 +283,56 @@ class Registry:
             names.extend(entry.examples if entry.name.endswith("*") else (entry.name, *entry.aliases))
         return names
 
+    # -- extras -------------------------------------------------------------------------
+    def paper_envs(self, backbone: BackboneEntry) -> list[EnvEntry]:
+        """The env entries a backbone's ``paper_envs`` name (each once; unknown names left out)."""
+        found: list[EnvEntry] = []
+        for name in backbone.paper_envs:
+            entry = self.tables["env"].get(name) or next(
+                (e for e in self.tables["env"].values() if e.matches(name)), None)
+            if entry is not None and entry not in found:
+                found.append(entry)
+        return found
+
+    def backbone_extra(self, name: str) -> str:
+        """``wmzoo[rem]``: the extra of the backbone's distribution named like it, which installs
+        its paper's environments; "" for a backbone with none (no paper_envs, no distribution)."""
+        entry = self.tables["backbone"].get(name)
+        dist = self.dists.get(self._owners.get(("backbone", name), ""), "")
+        return f"{dist}[{name}]" if entry is not None and entry.paper_envs and dist else ""
+
+    def backbone_hint(self, name: str) -> str:
+        """What installs the environments of a backbone's paper, for ``wmzoo list``."""
+        entry = self.backbone(name)
+        envs = ", ".join(entry.paper_envs)
+        extra = self.backbone_extra(name)
+        if extra:
+            return f'its paper\'s envs ({envs}): pip install "{extra}"'
+        extras = sorted({e.extra for e in self.paper_envs(entry) if e.extra})
+        return f'its paper\'s envs ({envs}): pip install "wmzoo[{",".join(extras)}]"' if extras else ""
+
+    def env_availability(self, entry: EnvEntry) -> tuple[bool, str]:
+        """:func:`env_availability`, the hint also naming the backbone extras that install it."""
+        ok, reason = env_availability(entry)
+        if ok or not entry.extra:
+            return ok, reason
+        extras = sorted({extra for name, backbone in self.tables["backbone"].items()
+                         if (extra := self.backbone_extra(name))
+                         and any(e.extra == entry.extra for e in self.paper_envs(backbone))})
+        return ok, f"{reason} (also in {', '.join(extras)})" if extras else reason
+
     # -- listing ------------------------------------------------------------------------
     def listings(self) -> list[Listing]:
         """Every entry with its availability, then every failure (unavailable, with a hint)."""
         rows: list[Listing] = []
         for kind in ("backbone", "env", "policy"):
             for name, entry in sorted(self.tables[kind].items()):
-                ok, reason = (True, "")
+                ok, reason, hint = (True, "", "")
                 if kind == "env":
-                    ok, reason = env_availability(entry)
-                rows.append(Listing(name, kind, ok, reason, entry.description))
+                    ok, reason = self.env_availability(entry)
+                if kind == "backbone":
+                    hint = self.backbone_hint(name)
+                rows.append(Listing(name, kind, ok, reason, entry.description, hint))
                 if kind == "env":  # a family's named examples, and aliases, are runnable names too
                     for other in (*entry.examples, *entry.aliases):
                         rows.append(Listing(other, kind, ok, reason, f"see {name}"))
@@ -722,7 +767,7 @@ def create_policy(
 def make_env(name: str, *, seed: int | None = None, size: int = 64, train: bool = True) -> Any:
     """A ``gymnasium.Env`` by wmzoo name (``atari-pong``, ``crafter``, ``minigrid-empty-5x5``)."""
     entry = default_registry().env(name)
-    ok, reason = env_availability(entry)
+    ok, reason = default_registry().env_availability(entry)
     if not ok:
         raise MissingDependencyError(f"environment '{name}' is unavailable: {reason}")
     try:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from wmzoo.errors import UnknownNameError, WmzooError
 
@@ -124,6 +125,23 @@ class TrainSpec(Spec):
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
     checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
     gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
+    loggers: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = Field(
+        ("tensorboard",), description="experiment trackers that receive the scalars, images and GIF: "
+        'tensorboard (<logdir>/tb), wandb, mlflow (these two: pip install "wmzoo[trackers]")',
+    )
+
+    @field_validator("loggers", mode="before")
+    @classmethod
+    def _one_logger_by_name(cls, loggers: Any) -> Any:
+        return (loggers,) if isinstance(loggers, str) else loggers
+
+    @field_validator("loggers")
+    @classmethod
+    def _each_logger_once(cls, loggers: tuple[str, ...]) -> tuple[str, ...]:
+        twice = sorted({name for name in loggers if loggers.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once")
+        return loggers
     max_nonfinite: int = Field(
         10, ge=1, le=10_000, description="stop the run after this many updates in a row with a "
         "non-finite (NaN/inf) loss or gradient; each such step is skipped, and the last checkpoint kept",
@@ -163,7 +181,7 @@ STANDARD_RUN_PRESETS: dict[str, str] = {
 # sampled) is fixed by the checkpoint and the replay it was trained with.
 RESUMABLE_TRAIN_FIELDS: tuple[str, ...] = (
     "steps", "final_updates", "log_every", "checkpoint_every", "gif_horizon", "max_nonfinite", "device",
-    "threads",
+    "threads", "loggers",
 )
 
 
@@ -307,14 +325,19 @@ def from_preset(
     return validate(cls, merge(presets[name].model_dump(), overrides), prefix=prefix)
 
 
-def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
-    """``name (type, default): description`` lines for every field, recursing into sub-specs."""
+def iter_fields(cls: type[Spec], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """``(dotted name, field)`` of every leaf field, recursing into sub-specs in field order."""
     for name, info in cls.model_fields.items():
-        path = f"{prefix}{name}"
         ann = info.annotation
         if isinstance(ann, type) and issubclass(ann, Spec):
-            yield from field_help(ann, path + ".")
-            continue
+            yield from iter_fields(ann, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info
+
+
+def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
+    """``name (type, default): description`` lines for every field, recursing into sub-specs."""
+    for path, info in iter_fields(cls, prefix):
         bounds = [str(m) for m in info.metadata]
         extra = f" [{', '.join(bounds)}]" if bounds else ""
         default = info.get_default(call_default_factory=True)  # a list field's [] rather than "undefined"

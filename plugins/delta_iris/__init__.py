@@ -28,6 +28,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             paper="Micheli et al. 2024 (Δ-IRIS), section 2, appendices A-C",
             run_presets=RUN_PRESETS,
             width=WidthKnob(("embed_dim",), multiple=8),
+            paper_envs=("crafter", "atari-*"),
         )
     ]
 

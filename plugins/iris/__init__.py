@@ -26,6 +26,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             paper="Micheli et al. 2023 (IRIS), section 2, appendices A-B; REM (Cohen et al. 2024) appendix A.4 for rem-config",
             run_presets=RUN_PRESETS,
             width=WidthKnob(("embed_dim",), multiple=8),
+            paper_envs=("atari-*",),
         )
     ]
 

@@ -26,6 +26,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             paper="Cohen, Wang, Kang, Mannor 2024 (REM), section 2, algorithms 1-7, tables 2-7",
             run_presets=RUN_PRESETS,
             width=WidthKnob(("retnet.d_model", "retnet.d_ff", "tokenizer.embed_dim"), multiple=16),
+            paper_envs=("atari-*",),
         )
     ]
 

@@ -30,6 +30,9 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             paper="Hafner et al. 2023 (DreamerV3); RSSM-TBTT baseline of Deng et al. 2023 (s4wm), tables 7-8",
             run_presets=RUN_PRESETS,
             width=WidthKnob(("deter", "hidden")),
+            # the baseline of the s4wm and TokenWM papers: their memory tasks
+            paper_envs=("minigrid-memory-s7", "distracting-memory-100", "multi-doors-keys-3", "memory-maze-9x9",
+                        "two-rooms"),
         )
     ]
 

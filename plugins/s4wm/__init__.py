@@ -25,6 +25,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             paper="Deng et al. 2023, Facing Off World Model Backbones (s4wm), section 4, appendix B.1, tables 7-8",
             run_presets=RUN_PRESETS,
             width=WidthKnob(("d_model", "d_ff", "hidden")),
+            paper_envs=("distracting-memory-100", "multi-doors-keys-3", "memory-maze-9x9", "two-rooms"),
         )
     ]
 

@@ -30,6 +30,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             "past states, perceiver decoder; deterministic (L2 information bottleneck)",
             paper="Zhai, Zhang, Navab, Recurrent World Model with Tokenized Latent States (TokenWM), section 3, table 2",
             width=WidthKnob(("dim", "encoder_dim", "decoder_hidden", "head_hidden"), multiple=8),
+            paper_envs=("minigrid-memory-s7", "babyai-goto-local"),
         )
     ]
 

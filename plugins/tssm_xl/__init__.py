@@ -24,6 +24,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             paper="Deng et al. 2023 (s4wm) TSSM-XL, appendix D.2, tables 7-8; Chen et al. 2021 (TransDreamer); Dai et al. 2019",
             run_presets=RUN_PRESETS,
             width=WidthKnob(("d_model", "d_ff", "hidden"), multiple=8),
+            paper_envs=("distracting-memory-100", "multi-doors-keys-3", "memory-maze-9x9", "two-rooms"),
         )
     ]
 

@@ -32,6 +32,7 @@ from wmzoo.optim import step_components
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
 from wmzoo.train.loop import Progress, update_loop
+from wmzoo.train.trackers import check_trackers
 from wmzoo.train.rundir import (
     CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, recorded_data, recorded_image_size,
     restore_run, write_run_spec,
@@ -101,6 +102,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
         raise WmzooError(f"--imitation {root}: not a dataset of wmzoo data generate (no {MANIFEST}); "
                          "record demonstrations with: wmzoo data generate --env babyai-LEVEL --episodes N --out DIR")
     check_imitation_policy(run)
+    check_trackers(run.train.loggers)
     train_dir = root / "train"
     record = {**data_record(train_dir), "mode": MODE, "root": str(root.resolve())}
     recorded = recorded_data(logdir) if resume else None

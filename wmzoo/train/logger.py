@@ -1,23 +1,28 @@
-"""TensorBoard scalars and images, and the real-vs-imagined GIF/PNG writer."""
+"""A run's logger (scalars, images and GIFs to its trackers), and the real-vs-imagined GIF/PNG
+writer."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from wmzoo.atomic import atomic_path
+from wmzoo.train.trackers import open_trackers
 
 
 class Logger:
-    """Averages scalars between writes and sends them to TensorBoard (``<logdir>/tb``)."""
+    """Averages scalars between writes and sends them, with images and GIFs, to every tracker of
+    ``loggers`` (:mod:`wmzoo.train.trackers`; TensorBoard in ``<logdir>/tb`` by default).
+    ``config`` (the resolved run spec) is what W&B and MLflow record with the run."""
 
-    def __init__(self, logdir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(str(logdir / "tb"))
+    def __init__(self, logdir: Path, loggers: Iterable[str] = ("tensorboard",),
+                 config: Mapping[str, Any] | None = None) -> None:
+        self.trackers = open_trackers(loggers, logdir, config or {})
         self.pending: dict[str, list[float]] = defaultdict(list)
 
     def add(self, metrics: dict[str, float]) -> None:
@@ -31,19 +36,25 @@ class Logger:
 
     def write(self, step: int) -> dict[str, float]:
         means = {k: float(np.mean(v)) for k, v in self.pending.items() if v}
-        for key, value in means.items():
-            self.writer.add_scalar(key, value, step)
+        if means:
+            for tracker in self.trackers:
+                tracker.scalars(means, step)
         self.pending.clear()
-        self.writer.flush()
         return means
 
     def image(self, tag: str, image: np.ndarray, step: int) -> None:
         """``image`` uint8 ``[H, W, C]``."""
-        self.writer.add_image(tag, image, step, dataformats="HWC")
-        self.writer.flush()
+        for tracker in self.trackers:
+            tracker.image(tag, image, step)
+
+    def gif(self, tag: str, path: Path, step: int) -> None:
+        """An animated GIF written at ``path``."""
+        for tracker in self.trackers:
+            tracker.gif(tag, path, step)
 
     def close(self) -> None:
-        self.writer.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def side_by_side(real: np.ndarray, imagined: np.ndarray, context: int, scale: int = 2) -> list[np.ndarray]:

@@ -64,6 +64,7 @@ from wmzoo.train.rundir import (
     save_run,
     write_run_spec,
 )
+from wmzoo.train.trackers import check_trackers
 
 
 @dataclass
@@ -89,6 +90,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
             "train.windows=episodes aligns windows to the episodes of an offline dataset (--offline); "
             "online runs sample streams (train.windows=stream or auto)"
         )
+    check_trackers(T.loggers)
     if T.threads:
         torch.set_num_threads(T.threads)
     torch.manual_seed(run.seed)
@@ -120,7 +122,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         seed=run.seed + progress.updates, sampling=T.sampling,
     )
     collector = Collector(envs, agent, replay, seed=run.seed + 1000 * progress.episodes)
-    logger = Logger(logdir)
+    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
     batches = WorldModelBatches(agent, replay)
     start, next_log = time.time(), progress.env_steps + T.log_every
@@ -196,6 +198,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
     continues to ``updates`` in all, on the same data only (one line otherwise). As online, the
     resumed replay samples with seed ``run.seed + updates done`` (a stateful world model's carry
     starts afresh), so a resumed run is not bit-identical to an uninterrupted one."""
+    check_trackers(run.train.loggers)
     data = training_dir(data)
     if not data.is_dir():
         moved = " (a dataset that moved: --resume --offline ITS_NEW_FOLDER)" if resume else ""
@@ -247,7 +250,8 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
     ``train.checkpoint_every`` (and on Ctrl-C or SIGTERM); then the last checkpoint and the
     imagination GIF of a segment of ``frames``. Returns the checkpoint path."""
     train = agent.run.train
-    logger, guard = Logger(logdir), nonfinite_guard(agent, logdir)
+    logger = Logger(logdir, train.loggers, json.loads(agent.run.model_dump_json()))
+    guard = nonfinite_guard(agent, logdir)
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))

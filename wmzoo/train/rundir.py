@@ -190,5 +190,5 @@ def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logge
         return
     context = min(8, agent.world_model.spec.seq_len, length - 1)
     real, model = imagine_open_loop(agent, batch, context)
-    write_rollout(logdir / GIF, real, model, context)
+    logger.gif("imagination_gif", write_rollout(logdir / GIF, real, model, context), step)
     logger.image("imagination", strip(real, model, context), step)
