@@ -90,5 +90,6 @@ def test_every_env_entry_names_an_extra_that_exists():
 
 
 def test_all_installs_every_extra_but_the_tools():
-    tools = {"all", "dev", "cluster", "docs", "trackers"}
+    # libero: heavy (robosuite, robomimic) and no simulator adapter yet, so `all` leaves it out
+    tools = {"all", "dev", "cluster", "docs", "trackers", "libero"}
     assert resolve_extra("all", _extras()) == set(_extras()) - tools | {"all"}
