@@ -11,12 +11,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from wmzoo import distributed
+from wmzoo.interfaces import EnvInfo
 from wmzoo.train.checkpoint import load_checkpoint
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -66,7 +68,8 @@ def test_only_rank_0_writes_the_run_files(tmp_path, monkeypatch):
     monkeypatch.setattr(distributed, "rank", lambda: 1)
 
     class Agent:  # what save_run reads of an agent
-        run = None
+        run = SimpleNamespace(model_dump=dict)
+        env = EnvInfo("fake", (3, 8, 8), 2)
 
         def state_tree(self):
             return {"world_model": {"w": torch.zeros(2)}}
