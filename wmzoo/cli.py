@@ -384,10 +384,24 @@ def _launch(nproc: int, argv: list[str]) -> int:
     a rank failed."""
     import subprocess
 
+    import signal
+
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc-per-node", str(nproc), "-m", "wmzoo.cli", *argv]
-    code = subprocess.call(command, env=env)
+    launcher = subprocess.Popen(command, env=env)
+    # SIGTERM reaches torchrun, which passes it to every rank: each flushes its replay and rank 0
+    # writes the checkpoint, as in one process (Ctrl-C reaches them all from the terminal)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: launcher.send_signal(signal.SIGTERM))
+    try:
+        while True:
+            try:
+                code = launcher.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the ranks got it too; wait for their checkpoint
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if code == 0 else 2
 
 

@@ -61,11 +61,18 @@ def test_two_gloo_ranks_hold_the_parameters_of_one_process_on_the_concatenated_b
 
 def test_only_rank_0_writes_the_run_files(tmp_path, monkeypatch):
     # Catches: rank 1 writing a checkpoint, run.yaml or offline.json, or opening a tracker (a
-    # second TensorBoard event file), or sharing rank 0's replay folder.
+    # second TensorBoard event file), or sharing rank 0's replay folder; and rank 1 clearing the
+    # run folder's temporaries (it deleted the run.yaml rank 0 was writing: a crash at start).
+    from wmzoo.config import run_spec
     from wmzoo.train import rundir
     from wmzoo.train.logger import Logger
 
     monkeypatch.setattr(distributed, "rank", lambda: 1)
+    writing = tmp_path / ".run.yaml.123.tmp"  # rank 0's run.yaml on its way
+    writing.write_text("x")
+    rundir.write_run_spec(tmp_path, run_spec("rssm", "minigrid-empty-5x5", "tiny"))
+    assert list(tmp_path.iterdir()) == [writing]
+    writing.unlink()
 
     class Agent:  # what save_run reads of an agent
         run = SimpleNamespace(model_dump=dict)

@@ -64,7 +64,8 @@ def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
     """``run.yaml`` of a new run (one-line error when a run is already there), or of a resumed
     one (its ``--set`` changes kept for the next resume)."""
     logdir.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(logdir)  # what a kill left of a checkpoint or run.yaml being written
+    if distributed.is_main():  # another rank would delete the file rank 0 is writing
+        remove_temporaries(logdir)  # what a kill left of a checkpoint or run.yaml being written
     if not resume and (logdir / CHECKPOINT).exists():
         raise WmzooError(
             f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
