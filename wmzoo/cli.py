@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train the world model and an imitation policy together on the demonstrations "
                    "of the dataset DIR (wmzoo data generate; TokenWM's eq. 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, metavar="N",
+                   help="data-parallel on N processes (launches torchrun; gloo on CPU, NCCL on GPU): each "
+                   "collects into its own replay, gradients are averaged, global batch = N x model.batch_size")
 
     p = sub.add_parser("eval", help="returns of a checkpoint's policy in its real environment")
     p.add_argument("--checkpoint", required=True)
@@ -198,10 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     # It is read when MKL first allocates, so it must be set before any torch work.
     os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    # a rank other than 0 of a data-parallel run (torchrun's RANK) names itself in its errors
+    rank = f"[rank {os.environ['RANK']}] " if os.environ.get("RANK", "0") != "0" else ""
     try:
         return COMMANDS[args.command](args) or 0
     except WmzooError as exc:
-        print(f"wmzoo: error: {exc}", file=sys.stderr)
+        print(f"wmzoo: error: {rank}{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("wmzoo: error: interrupted", file=sys.stderr)
@@ -212,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk, a folder that is a file, no permission: one line
         print(f"wmzoo: error: {describe_os_error(exc)}", file=sys.stderr)
         return 2
+    finally:
+        if "wmzoo.distributed" in sys.modules:
+            sys.modules["wmzoo.distributed"].teardown()
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -258,6 +267,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from wmzoo import distributed
     from wmzoo.config import check_fits_in_memory, run_spec
     from wmzoo.train.imitation import train_imitation
     from wmzoo.train.loop import train_offline, train_online
@@ -268,15 +278,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.offline and args.imitation:
         raise WmzooError("--offline trains a world model alone, --imitation a world model and a policy: pass one")
     quiet = not args.no_progress
+    nproc = _processes(args)
     if args.resume:
         run, logdir, data, imitation = _resumed_run(args, overrides)
+        _check_parallel(run, nproc, logdir, resume=True)
+        if nproc > distributed.launched():
+            return _launch(nproc, argv_of(args))
+        distributed.setup(run.train.device)
+        quiet = quiet and distributed.is_main()
         if imitation:
             path = train_imitation(run, data, logdir, updates=run.train.steps, resume=True, show_progress=quiet)
         elif data is None:
             path = train_online(run, logdir, resume=True, show_progress=quiet)
         else:
             path = train_offline(run, data, logdir, updates=run.train.steps, resume=True, show_progress=quiet)
-        print(f"checkpoint: {path}")
+        if distributed.is_main():
+            print(f"checkpoint: {path}")
         return 0
     env, data = args.env, args.offline or args.imitation
     if data and env is None:  # the recorded env, so eval and imagine use the same one
@@ -288,17 +305,104 @@ def cmd_run(args: argparse.Namespace) -> int:
                    imitation=bool(args.imitation))
     check_fits_in_memory(run)
     logdir = Path(args.logdir or f"runs/{run.backbone}-{run.env}-{run.preset}")
+    _check_parallel(run, nproc, logdir, resume=False)
+    if nproc > distributed.launched():
+        return _launch(nproc, argv_of(args))
+    distributed.setup(run.train.device)
+    quiet = quiet and distributed.is_main()
     if args.imitation:
         path = train_imitation(run, Path(args.imitation), logdir, updates=run.train.steps, show_progress=quiet)
     elif args.offline:
-        path = train_offline(run, Path(args.offline), logdir, updates=run.train.steps,
-                             show_progress=not args.no_progress)
+        path = train_offline(run, Path(args.offline), logdir, updates=run.train.steps, show_progress=quiet)
     else:
-        path = train_online(run, logdir, show_progress=not args.no_progress)
+        path = train_online(run, logdir, show_progress=quiet)
+    if not distributed.is_main():
+        return 0
     print(f"checkpoint: {path}")
     print(f"imagination: {logdir / 'imagination.gif'}")
     print(f"tensorboard: tensorboard --logdir {logdir / 'tb'}")
     return 0
+
+
+def _processes(args: argparse.Namespace) -> int:
+    """The processes a run asks for: ``--nproc``, else torchrun's ``WORLD_SIZE`` (1 alone)."""
+    from wmzoo import distributed
+
+    launched = distributed.launched()
+    if args.nproc is None:
+        return launched
+    if args.nproc < 1:
+        raise WmzooError(f"--nproc {args.nproc}: must be at least 1 (the data-parallel processes)")
+    if launched > 1 and args.nproc != launched:
+        raise WmzooError(f"--nproc {args.nproc} under torchrun with {launched} processes; pass one of them")
+    return args.nproc
+
+
+def _check_parallel(run: RunSpec, nproc: int, logdir: Path, resume: bool) -> None:
+    """One line, before any process is launched or file written, when ``run`` cannot train on
+    ``nproc`` processes: a device every rank would share, or a resumed run recorded with another
+    number of processes."""
+    import torch
+
+    from wmzoo import distributed
+    from wmzoo.train.checkpoint import load_checkpoint
+    from wmzoo.train.rundir import CHECKPOINT, check_world_size
+
+    device = run.train.device
+    if nproc > 1:
+        try:
+            kind = torch.device(device)
+        except (RuntimeError, ValueError):
+            kind = None  # the Agent names a bad device
+        if kind is not None and (kind.type not in ("cpu", "cuda") or kind.index is not None):
+            raise WmzooError(
+                f"--nproc {nproc} with train.device={device}: data-parallel runs use train.device=cpu "
+                "(gloo) or train.device=cuda (NCCL, one GPU per process)"
+            )
+    if resume and distributed.is_main():
+        check_world_size(logdir, load_checkpoint(logdir / CHECKPOINT)["progress"], nproc)
+
+
+def argv_of(args: argparse.Namespace) -> list[str]:
+    """The command line this process was started with, less ``--nproc N`` (what :func:`_launch`
+    hands each rank, which reads its world size from torchrun)."""
+    argv, out = list(getattr(args, "argv", None) or sys.argv[1:]), []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc":
+            skip = True
+        elif not item.startswith("--nproc="):
+            out.append(item)
+    return out
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """``wmzoo run --nproc N``: the same command under torchrun on this machine, N processes
+    (one thread each unless train.threads or OMP_NUM_THREADS say otherwise); exit code 2 when
+    a rank failed."""
+    import subprocess
+
+    import signal
+
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+               "--nproc-per-node", str(nproc), "-m", "wmzoo.cli", *argv]
+    launcher = subprocess.Popen(command, env=env)
+    # SIGTERM reaches torchrun, which passes it to every rank: each flushes its replay and rank 0
+    # writes the checkpoint, as in one process (Ctrl-C reaches them all from the terminal)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: launcher.send_signal(signal.SIGTERM))
+    try:
+        while True:
+            try:
+                code = launcher.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the ranks got it too; wait for their checkpoint
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0 if code == 0 else 2
 
 
 def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path, Path | None, bool]:

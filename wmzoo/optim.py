@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from wmzoo.distributed import average_gradients
 from wmzoo.specs import OptimSpec
 
 
@@ -104,6 +105,9 @@ class Optimizer:
         if loss is not None and backward:
             self.zero_grad()
             loss.backward()
+        # data-parallel (wmzoo.distributed): the ranks' gradients and losses averaged BEFORE
+        # clipping, so every rank clips, checks and steps the same; the identity in one process
+        loss = average_gradients(self.params, loss)
         # the device sync of reading the norm was always paid (it is logged); the loss was
         # computed before the backward pass, so reading it waits for nothing more
         norm = float(nn.utils.clip_grad_norm_(self.params, self.spec.clip))

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from wmzoo import distributed
 from wmzoo.errors import SpecError, WmzooError
 from wmzoo.imagination import imagine
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, index_state, reset_state
@@ -34,7 +35,7 @@ def resolve_device(name: str) -> torch.device:
         raise WmzooError(f"train.device={name}: this machine has {torch.cuda.device_count()} CUDA GPUs")
     if device.type not in ("cpu", "cuda", "mps"):
         raise WmzooError(f"train.device={name}: wmzoo runs on cpu, cuda or mps")
-    return device
+    return distributed.local_device(device)
 
 
 class Agent(nn.Module):

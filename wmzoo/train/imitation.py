@@ -15,15 +15,14 @@ records the data, with ``"mode": "imitation"``, so ``--resume`` continues on the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from wmzoo import distributed
 from wmzoo.agents.imitation import ImitationPolicy, ImitationSpec
-from wmzoo.atomic import write_text_atomic
 from wmzoo.data.dataset import MANIFEST
 from wmzoo.data.demos import Demonstrations, Vocabulary
 from wmzoo.errors import WmzooError
@@ -35,7 +34,7 @@ from wmzoo.train.loop import Progress, update_loop
 from wmzoo.train.trackers import check_trackers
 from wmzoo.train.rundir import (
     CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, recorded_data, recorded_image_size,
-    restore_run, write_run_spec,
+    restore_run, write_offline_record, write_run_spec,
 )
 
 MODE = "imitation"  # offline.json's "mode" of an imitation run
@@ -119,7 +118,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
     demos = Demonstrations(root, "train")
     if not resume:
         run = fill_from_demonstrations(run, demos, info.discrete)
-    torch.manual_seed(run.seed)
+    torch.manual_seed(distributed.rank_seed(run.seed))
     agent = Agent(run, info)
     policy: ImitationPolicy = agent.policy  # type: ignore[assignment]
     progress = Progress()
@@ -128,11 +127,12 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
         if progress.updates >= updates:
             raise WmzooError(f"the imitation run in {logdir} is at update {progress.updates}; --steps {updates} "
                              f"asks for nothing more: pass --steps above {progress.updates}")
-    demos.seed(run.seed + progress.updates)  # as the replay's, so a resumed run samples anew
+    distributed.broadcast_state(agent)  # data-parallel: every rank from rank 0's weights
+    demos.seed(distributed.rank_seed(run.seed) + progress.updates)  # as the replay's (and each rank its own)
     demos.read_with(policy.vocabulary)
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:
-        write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
+        write_offline_record(logdir, record)
     optimizers = agent.named_optimizers()
     B, T = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from wmzoo import distributed
 from wmzoo.atomic import atomic_path
 from wmzoo.train.trackers import open_trackers
 
@@ -18,11 +19,12 @@ from wmzoo.train.trackers import open_trackers
 class Logger:
     """Averages scalars between writes and sends them, with images and GIFs, to every tracker of
     ``loggers`` (:mod:`wmzoo.train.trackers`; TensorBoard in ``<logdir>/tb`` by default).
-    ``config`` (the resolved run spec) is what W&B and MLflow record with the run."""
+    ``config`` (the resolved run spec) is what W&B and MLflow record with the run. Only rank 0 of
+    a data-parallel run has trackers (:mod:`wmzoo.distributed`); another rank's logger drops all."""
 
     def __init__(self, logdir: Path, loggers: Iterable[str] = ("tensorboard",),
                  config: Mapping[str, Any] | None = None) -> None:
-        self.trackers = open_trackers(loggers, logdir, config or {})
+        self.trackers = open_trackers(loggers if distributed.is_main() else (), logdir, config or {})
         self.pending: dict[str, list[float]] = defaultdict(list)
 
     def add(self, metrics: dict[str, float]) -> None:

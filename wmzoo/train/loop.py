@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from wmzoo import distributed
 from wmzoo.agents.imitation import ImitationSpec
-from wmzoo.atomic import write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.dataset import training_dir, write_env_info
 from wmzoo.envs.vector import make_vector_env, vector_env_info
@@ -60,8 +60,10 @@ from wmzoo.train.rundir import (
     record_imagination,
     recorded_image_size,
     recorded_data,
+    replay_dir,
     restore_run,
     save_run,
+    write_offline_record,
     write_run_spec,
 )
 from wmzoo.train.trackers import check_trackers
@@ -77,6 +79,7 @@ class Progress:
     credit: float = 0.0  # world-model updates owed by the train ratio
     final: int = 0  # of train.final_updates, done after the last env step
     nonfinite: int = 0  # optimizer steps skipped for a non-finite loss or gradient
+    world_size: int = field(default_factory=distributed.world_size)  # data-parallel processes (--resume checks)
 
 
 def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:
@@ -93,9 +96,10 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     check_trackers(T.loggers)
     if T.threads:
         torch.set_num_threads(T.threads)
-    torch.manual_seed(run.seed)
+    seed = distributed.rank_seed(run.seed)  # data-parallel: each rank its own envs, episodes, batches
+    torch.manual_seed(seed)
     envs = make_vector_env(
-        run.env, T.envs, seed=run.seed, size=T.image_size, train=True,
+        run.env, T.envs, seed=seed, size=T.image_size, train=True,
         mode=T.vector if T.envs > 1 else "sync",
     )
     info = vector_env_info(envs, run.env)
@@ -115,13 +119,14 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 f"the run in {logdir} is at env step {progress.env_steps} (and {progress.final} final "
                 f"updates); --steps {T.steps} asks for nothing more: pass --steps above {progress.env_steps}"
             )
+    distributed.broadcast_state(agent)  # every rank starts from rank 0's weights
     write_run_spec(logdir, run, resume=resume)
-    write_env_info(logdir / "replay", info)
+    write_env_info(replay_dir(logdir), info)
     replay = Replay(
-        logdir / "replay", capacity=T.replay_capacity, chunk_size=T.replay_chunk,
-        seed=run.seed + progress.updates, sampling=T.sampling,
+        replay_dir(logdir), capacity=T.replay_capacity, chunk_size=T.replay_chunk,
+        seed=seed + progress.updates, sampling=T.sampling,
     )
-    collector = Collector(envs, agent, replay, seed=run.seed + 1000 * progress.episodes)
+    collector = Collector(envs, agent, replay, seed=seed + 1000 * progress.episodes)
     logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
     batches = WorldModelBatches(agent, replay)
@@ -146,9 +151,13 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
             metrics.update(agent.train_policy(out, segments=segments))
         log_update(guard, logger, progress, metrics, progress.env_steps + progress.final)
 
+    filled = False  # every rank's replay holds a batch (ranks update together, or deadlock)
+
     with _interrupt_guard(checkpoint, progress):
         while progress.env_steps < T.steps:
-            prefill = progress.env_steps < T.prefill or len(replay) < B * L
+            if not filled and progress.env_steps >= T.prefill:
+                filled = distributed.all_true(len(replay) >= B * L)
+            prefill = progress.env_steps < T.prefill or not filled
             for ret, length in collector.step(random=prefill):
                 progress.episodes += 1
                 logger.add({"episode/return": ret, "episode/length": length})
@@ -170,7 +179,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 next_ckpt += T.checkpoint_every
         # training-only epochs after collection ends (REM table 2: epochs 501-600), logged at
         # env step T + k for the k-th
-        final = T.final_updates if len(replay) >= B * L else 0
+        final = T.final_updates if distributed.all_true(len(replay) >= B * L) else 0
         for _ in tqdm(range(progress.final, final), disable=not show_progress, desc="final updates"):
             update()
             progress.final += 1
@@ -220,7 +229,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
     run = recorded_image_size(run, info)
     if run.train.threads:
         torch.set_num_threads(run.train.threads)
-    torch.manual_seed(run.seed)
+    torch.manual_seed(distributed.rank_seed(run.seed))
     agent = Agent(run, info)
     progress = Progress()
     if resume:
@@ -230,14 +239,16 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
                 f"the offline run in {logdir} is at update {progress.updates}; --steps {updates} asks for "
                 f"nothing more: pass --steps above {progress.updates}"
             )
-    replay = Replay.load(data, capacity=run.train.replay_capacity, seed=run.seed + progress.updates,
+    distributed.broadcast_state(agent)
+    # data-parallel: every rank reads all the data and samples its own batches (seed + rank)
+    replay = Replay.load(data, capacity=run.train.replay_capacity, seed=distributed.rank_seed(run.seed) + progress.updates,
                          sampling=run.train.sampling)
     if len(replay) == 0:  # every file unreadable
         raise WmzooError(empty)
     episode_rows = aligned_episode_rows(replay, agent.world_model.spec.seq_len, run.train.windows)
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:  # a new run, or its data moved
-        write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
+        write_offline_record(logdir, record)
     batches = WorldModelBatches(agent, replay, episode_rows)
     return update_loop(agent, logdir, progress, updates, lambda: batches.update(progress.updates).metrics,
                        replay, "wmzoo offline", show_progress)

@@ -3,9 +3,13 @@
     <logdir>/run.yaml                 the run spec (``--resume`` reads it back)
     <logdir>/checkpoint.safetensors   run spec, env shapes, progress counters, agent state
     <logdir>/imagination.gif          a replayed segment, real beside imagined, at the end
-    <logdir>/replay/                  the replay's chunk files and env.json (wmzoo.data)
+    <logdir>/replay/                  the replay's chunk files and env.json (wmzoo.data); rank 0's
+    <logdir>/replay-rank<r>/          rank r's replay in a data-parallel run (r ≥ 1)
     <logdir>/offline.json             an offline run's dataset (``--resume`` trains on it again)
     <logdir>/tb/                      TensorBoard scalars and images (wmzoo.train.logger)
+
+In a data-parallel run (:mod:`wmzoo.distributed`) rank 0 alone writes the run's files; every rank
+writes its own replay.
 
 Also the open-loop imagination behind the GIF and ``wmzoo imagine``, and the env shapes of
 recorded data for offline training.
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 import yaml
 
+from wmzoo import distributed
 from wmzoo.atomic import remove_temporaries, write_text_atomic
 from wmzoo.data import Replay
 from wmzoo.data.dataset import recorded_env_info
@@ -42,16 +47,31 @@ GIF = "imagination.gif"
 OFFLINE = "offline.json"
 
 
+def replay_dir(logdir: Path) -> Path:
+    """This rank's replay folder: ``replay/`` for rank 0 (and a one-process run: today's layout),
+    ``replay-rank<r>/`` beside it for rank ``r`` of a data-parallel run."""
+    r = distributed.rank()
+    return logdir / ("replay" if r == 0 else f"replay-rank{r}")
+
+
+def write_offline_record(logdir: Path, record: Mapping[str, Any]) -> None:
+    """``offline.json`` (rank 0 only)."""
+    if distributed.is_main():
+        write_text_atomic(logdir / OFFLINE, json.dumps(record, indent=1))
+
+
 def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
     """``run.yaml`` of a new run (one-line error when a run is already there), or of a resumed
     one (its ``--set`` changes kept for the next resume)."""
     logdir.mkdir(parents=True, exist_ok=True)
-    remove_temporaries(logdir)  # what a kill left of a checkpoint or run.yaml being written
+    if distributed.is_main():  # another rank would delete the file rank 0 is writing
+        remove_temporaries(logdir)  # what a kill left of a checkpoint or run.yaml being written
     if not resume and (logdir / CHECKPOINT).exists():
         raise WmzooError(
             f"--logdir {logdir} already holds a run; pass --resume to continue it or choose another --logdir"
         )
-    write_text_atomic(logdir / "run.yaml", yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
+    if distributed.is_main():
+        write_text_atomic(logdir / "run.yaml", yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
 
 
 def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
@@ -59,7 +79,8 @@ def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
     and the agent's state; returns its path.
 
     Refuses (one-line WmzooError, the previous file kept) when a floating tensor of the agent's
-    state (weights, buffers, optimizer state) holds NaN or inf: a checkpoint is always finite."""
+    state (weights, buffers, optimizer state) holds NaN or inf: a checkpoint is always finite.
+    Rank 0 alone writes (every rank checks); the others return the path it writes."""
     state = agent.state_tree()
     bad = nonfinite_tensors(state)
     if bad:
@@ -69,15 +90,32 @@ def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
             f"{where}: the agent's state is not finite ('{bad[0]}'{more} holds NaN or inf), so no "
             f"checkpoint was written; {kept_checkpoint(logdir / CHECKPOINT)}; {nonfinite_hint(agent.run)}"
         )
+    if not distributed.is_main():
+        return logdir / CHECKPOINT
     tree = {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": dict(progress), **state}
     return save_checkpoint(logdir / CHECKPOINT, tree)
 
 
 def restore_run(agent: Agent, logdir: Path) -> dict[str, Any]:
-    """Load ``<logdir>/checkpoint.safetensors`` into ``agent``; returns its progress counters."""
+    """Load ``<logdir>/checkpoint.safetensors`` into ``agent`` (every rank from the same file);
+    returns its progress counters. One line when the run trained on another number of processes."""
     tree = load_checkpoint(logdir / CHECKPOINT)
+    check_world_size(logdir, tree["progress"], distributed.world_size())
     agent.load_state_tree(tree, f"checkpoint {logdir / CHECKPOINT}")
     return tree["progress"]
+
+
+def check_world_size(logdir: Path, progress: Mapping[str, Any], processes: int) -> None:
+    """One line when the run in ``logdir`` (its checkpoint's ``progress``) trained data-parallel
+    on another number of processes than ``processes``: its global batch and per-rank replays
+    would change under it."""
+    recorded = int(progress.get("world_size", 1))
+    if recorded != processes:
+        again = f"--nproc {recorded}" if recorded > 1 else "without --nproc (one process)"
+        raise WmzooError(
+            f"--resume: the run in {logdir} trained on {recorded} process(es), not {processes}; "
+            f"resume it {again} (its global batch and per-rank replays depend on it)"
+        )
 
 
 def data_record(data: Path) -> dict[str, Any]:
@@ -178,7 +216,9 @@ def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndar
 
 def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
     """A replayed segment: ``<logdir>/imagination.gif`` and a TensorBoard image strip; none when
-    the run collected too little for one (fewer than 2 rows in a stream)."""
+    the run collected too little for one (fewer than 2 rows in a stream). Rank 0 only."""
+    if not distributed.is_main():
+        return
     length = min(min(8, agent.world_model.spec.seq_len) + agent.run.train.gif_horizon, len(replay))
     while length >= 2:
         try:
