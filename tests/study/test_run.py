@@ -214,3 +214,11 @@ def test_an_imitation_study_trains_with_demonstrations_and_scores_the_success_ra
         assert rows[cell.label]["mean"] == pytest.approx(evaluation["success_rate"])
     params = report["parameters"]
     assert params["no-memory"]["babyai-goto-local"]["world_model"] < params["tokenwm:tiny"]["babyai-goto-local"]["world_model"]
+    # counted at the dataset's 16x16 frames the cells trained on, not the trainer's default 64x64
+    from wmzoo.config import run_spec
+    from wmzoo.interfaces import EnvInfo
+    from wmzoo.registry import build_world_model
+
+    run = run_spec("tokenwm", "babyai-goto-local", "tiny", None, 0, None, {"model.batch_size": 2, "model.seq_len": 4})
+    trained = build_world_model("tokenwm", run.model, EnvInfo("babyai-goto-local", (3, 16, 16), 7))
+    assert params["tokenwm:tiny"]["babyai-goto-local"]["world_model"] == sum(p.numel() for p in trained.parameters())

@@ -87,6 +87,8 @@ def plan_cells(study: StudySpec, log: Callable[[str], None] = print) -> list[Cel
         label = choice.label(study.preset)
         for env in study.envs:
             overrides = {**study.set, **choice.set}
+            if study.budget.offline:  # the cells train at the dataset's size: count and bench them there
+                overrides.setdefault("train.image_size", study.budget.size)
             width: dict[str, int] = {}
             if study.params is not None:
                 width = match_width(choice.backbone, choice.preset(study.preset), env, overrides, study.params)
