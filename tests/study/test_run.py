@@ -212,6 +212,7 @@ def test_an_imitation_study_trains_with_demonstrations_and_scores_the_success_ra
     for cell in cells_of(out):
         evaluation = json.loads((out / cell.path / "eval.json").read_text())
         assert rows[cell.label]["mean"] == pytest.approx(evaluation["success_rate"])
+    assert set(report["curves"]["babyai-goto-local"]) == {"tokenwm:tiny", "no-memory"}  # eq. 1's loss per update
     params = report["parameters"]
     assert params["no-memory"]["babyai-goto-local"]["world_model"] < params["tokenwm:tiny"]["babyai-goto-local"]["world_model"]
     # counted at the dataset's 16x16 frames the cells trained on, not the trainer's default 64x64

@@ -143,6 +143,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
         losses, metrics = imitation_losses(agent, batch, condition, acted)
         norms = step_components(optimizers, losses, progress.updates)
         metrics.update({f"{name}/grad_norm": norm for name, norm in norms.items()})
+        metrics.update({f"{name}/loss": float(loss.detach()) for name, loss in losses.items()})  # as online
         return metrics
 
     frames = _Frames(demos)
