@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from wmzoo import distributed
 from wmzoo.errors import SpecError, WmzooError
@@ -36,6 +36,15 @@ def resolve_device(name: str) -> torch.device:
     if device.type not in ("cpu", "cuda", "mps"):
         raise WmzooError(f"train.device={name}: wmzoo runs on cpu, cuda or mps")
     return distributed.local_device(device)
+
+
+def step_logged(optimizers: dict[str, Optimizer], losses: dict[str, Tensor], update: int | None = None
+                ) -> dict[str, float]:
+    """:func:`~wmzoo.optim.step_components`, and the scalars every update logs: each loss as
+    ``<name>/loss``, the gradient norm of each component that stepped as ``<name>/grad_norm``."""
+    norms = step_components(optimizers, losses, update)
+    return {**{f"{name}/grad_norm": norm for name, norm in norms.items()},
+            **{f"{name}/loss": float(loss.detach()) for name, loss in losses.items()}}
 
 
 class Agent(nn.Module):
@@ -73,10 +82,7 @@ class Agent(nn.Module):
         logged; a gradient norm only for those that stepped."""
         self.world_model.train()
         out = self.world_model.loss(batch.to(self.device), carry)
-        for name, norm in step_components(self.optimizers, out.losses, update).items():
-            out.metrics[f"{name}/grad_norm"] = norm
-        for name, loss in out.losses.items():
-            out.metrics[f"{name}/loss"] = float(loss.detach())
+        out.metrics.update(step_logged(self.optimizers, out.losses, update))
         return out
 
     def train_policy(

@@ -27,14 +27,13 @@ from wmzoo.data.dataset import MANIFEST
 from wmzoo.data.demos import Demonstrations, Vocabulary
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch
-from wmzoo.optim import step_components
 from wmzoo.specs import RunSpec
-from wmzoo.train.agent import Agent
-from wmzoo.train.loop import Progress, update_loop
+from wmzoo.train.agent import Agent, step_logged
+from wmzoo.train.loop import Progress, restored_updates, update_loop
 from wmzoo.train.trackers import check_trackers
 from wmzoo.train.rundir import (
     CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, recorded_data, recorded_image_size,
-    restore_run, write_offline_record, write_run_spec,
+    write_offline_record, write_run_spec,
 )
 
 MODE = "imitation"  # offline.json's "mode" of an imitation run
@@ -121,12 +120,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
     torch.manual_seed(distributed.rank_seed(run.seed))
     agent = Agent(run, info)
     policy: ImitationPolicy = agent.policy  # type: ignore[assignment]
-    progress = Progress()
-    if resume:
-        progress = Progress(**restore_run(agent, logdir))
-        if progress.updates >= updates:
-            raise WmzooError(f"the imitation run in {logdir} is at update {progress.updates}; --steps {updates} "
-                             f"asks for nothing more: pass --steps above {progress.updates}")
+    progress = restored_updates(agent, logdir, updates, "imitation") if resume else Progress()
     distributed.broadcast_state(agent)  # data-parallel: every rank from rank 0's weights
     demos.seed(distributed.rank_seed(run.seed) + progress.updates)  # as the replay's (and each rank its own)
     demos.read_with(policy.vocabulary)
@@ -141,10 +135,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
         agent.world_model.train()
         policy.train()
         losses, metrics = imitation_losses(agent, batch, condition, acted)
-        norms = step_components(optimizers, losses, progress.updates)
-        metrics.update({f"{name}/grad_norm": norm for name, norm in norms.items()})
-        metrics.update({f"{name}/loss": float(loss.detach()) for name, loss in losses.items()})  # as online
-        return metrics
+        return {**metrics, **step_logged(optimizers, losses, progress.updates)}
 
     frames = _Frames(demos)
     return update_loop(agent, logdir, progress, updates, update, frames, "wmzoo imitation",  # type: ignore[arg-type]

@@ -31,8 +31,8 @@ import json
 import signal
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -231,14 +231,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
         torch.set_num_threads(run.train.threads)
     torch.manual_seed(distributed.rank_seed(run.seed))
     agent = Agent(run, info)
-    progress = Progress()
-    if resume:
-        progress = Progress(**restore_run(agent, logdir))
-        if progress.updates >= updates:
-            raise WmzooError(
-                f"the offline run in {logdir} is at update {progress.updates}; --steps {updates} asks for "
-                f"nothing more: pass --steps above {progress.updates}"
-            )
+    progress = restored_updates(agent, logdir, updates, "offline") if resume else Progress()
     distributed.broadcast_state(agent)
     # data-parallel: every rank reads all the data and samples its own batches (seed + rank)
     replay = Replay.load(data, capacity=run.train.replay_capacity, seed=distributed.rank_seed(run.seed) + progress.updates,
@@ -252,6 +245,18 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
     batches = WorldModelBatches(agent, replay, episode_rows)
     return update_loop(agent, logdir, progress, updates, lambda: batches.update(progress.updates).metrics,
                        replay, "wmzoo offline", show_progress)
+
+
+def restored_updates(agent: Agent, logdir: Path, updates: int, what: str) -> Progress:
+    """The counters of a run without env steps (``what``: offline, imitation), its checkpoint
+    loaded into ``agent``; one line when it has done ``updates`` already."""
+    progress = Progress(**restore_run(agent, logdir))
+    if progress.updates >= updates:
+        raise WmzooError(
+            f"the {what} run in {logdir} is at update {progress.updates}; --steps {updates} asks for "
+            f"nothing more: pass --steps above {progress.updates}"
+        )
+    return progress
 
 
 def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, update: Callable[[], dict[str, float]],
