@@ -5,7 +5,8 @@ section 3 (3.1–3.7), figure 1, appendix A table 2 (its hyperparameters).
 
 Notation (names in brackets):
     o_t                 frame [batch.obs[:, t]]; a_t the action taken after it [batch.action[:, t]]
-    z_t ∈ R^{N_z×D_z}    ViT patch tokens of o_t, section 3.1 [z]
+    z_t ∈ R^{N_z×D_z}    patch tokens of o_t, section 3.1 [z]: a ViT trained with the model, or a
+                        frozen pre-trained DINOv2 read from a local folder (``encoder_weights``)
     h_t ∈ R^{N_h×D}      the latent state: a set of N_h tokens of width D [state["h"]]
     h^p_t = f^p(h*_{t−1}, a_{t−1})   prior, 3.2: PE, then blocks of FiLM(a) + post-norm self-attention
     h^q_t = f^q(h^p_t, z_t)          posterior, 3.3: PEs on both, blocks of cross-attention
@@ -14,6 +15,7 @@ Notation (names in brackets):
                                      of the last n states [state["hstar"]]; n = 0: h*_t = h_t
     ẑ_t = D(h^q_t)                   perceiver decoder, 3.4: one learned query per patch
                                      cross-attends to h, a shared MLP gives the patch's pixels
+                                     (``target: pixels``) or its DINOv2 feature (``features``)
 
 The recurrence (figure 1): h* of the previous step and a_{t−1} give the prior; the observation
 turns it into the posterior h^q_t = h_t; the memory read gives h*_t; h_t enters the bank. In
@@ -30,8 +32,16 @@ elements (tokens × width, pixels). Eq. 1's imitation term −γ log π(a_t | h*
 (``wmzoo run --imitation``, :mod:`wmzoo.train.imitation`) on the h* this loss returns.
 
 Choices where the paper is silent (each a field where it is a value):
-    * z_t is the frame's pixels cut into p × p patches: the paper decodes "the original
-      observation ô_t ... directly tokenized by reshaping" when the encoder is not pre-trained.
+    * The reconstruction target (3.4): "normally, we decode the original observation ô_t ...
+      directly tokenized by reshaping [into p × p patches], but when we use a rich pre-trained
+      encoder, we can output ẑ_t instead" (section 4 does, with DINOv2-L): ``target: pixels`` (the
+      default) or ``features`` (needs ``encoder_weights``; the loss's z is the frozen encoder's).
+    * With ``target: features`` the model has no pixels to show, so a second perceiver decoder of
+      the same shape (the *viewer*) learns the frame from h with its gradient stopped at h: it
+      renders imagination GIFs and generation MSE and changes nothing the paper trains (named
+      extension; its loss is logged as ``view``).
+    * A pre-trained encoder sees the whole frame resized to ``encoder_size`` (DINOv2's processor
+      would also crop; section 4 re-renders LIBERO at 224 × 224, the default).
     * The initial state h_0 is N_h learned tokens; every episode starts from it with an empty bank.
     * The memory reader's keys are the bank *and* h_t itself (so the first step of an episode has
       something to read), each slot with a learned age embedding; the bank holds h (h^q when
@@ -41,14 +51,18 @@ Choices where the paper is silent (each a field where it is a value):
     * Reward and continue (the RL extension, the paper's "future work"): DreamerV3's two-hot and
       Bernoulli heads on one perceiver read-out of h*_{t+1}, as wmzoo's alignment has it.
 
-Deviations (named): the encoder is a ViT trained from scratch with the world model, not the
-pre-trained, frozen DINOv2-L of section 4 (nothing downloads here); ``paper`` therefore reconstructs
-pixels, not DINOv2 features.
+Deviations (named): by default, and in every preset, the encoder is a ViT trained from scratch
+with the world model, not the pre-trained, frozen DINOv2-L of section 4 (nothing downloads here),
+and the target is pixels. A user with DINOv2 weights on disk gets the paper's encoder with
+``--set model.encoder_weights=DIR --set model.target=features``
+(:class:`wmzoo.nn.pretrained.DINOv2Encoder`; the ``pretrained`` extra).
 """
 
 from __future__ import annotations
 
 import torch
+from typing import Literal
+
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
@@ -67,6 +81,7 @@ from wmzoo.interfaces import (
     stack_states,
 )
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
+from wmzoo.nn.pretrained import DINOv2Encoder
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
 from .blocks import CrossBlock, FiLMBlock, PerceiverReadout, ViTEncoder, push
@@ -90,6 +105,17 @@ class TokenWMSpec(WorldModelSpec):
     encoder_dim: int = Field(384, ge=8, le=8192, description="D_z: width of the ViT's patch tokens")
     encoder_layers: int = Field(6, ge=1, le=64, description="ViT layers")
     encoder_heads: int = Field(6, ge=1, le=64, description="ViT heads")
+    encoder_weights: str = Field(
+        "", description="a local folder of a pre-trained DINOv2 (Hugging Face format; needs wmzoo[pretrained]; "
+        "nothing downloads): z_t are its frozen patch tokens (section 4) in place of the ViT "
+        "(patch, encoder_dim/layers/heads then apply to nothing but the pixel decoder's patches)",
+    )
+    encoder_size: int = Field(224, ge=1, le=4096, description="frames are resized to this for the pre-trained "
+                              "encoder (a multiple of its patch size; section 4: 224)")
+    target: Literal["pixels", "features"] = Field(
+        "pixels", description="what the decoder reconstructs (3.4): the frame's p × p pixel patches, or the "
+        "pre-trained encoder's features z_t (section 4; needs encoder_weights)",
+    )
     decoder_hidden: int = Field(512, ge=1, le=16384, description="hidden width of the decoder's shared MLP")
     head_hidden: int = Field(512, ge=1, le=16384, description="hidden units of the reward and continue heads")
     head_layers: int = Field(2, ge=0, le=16, description="hidden layers of the reward and continue heads")
@@ -110,6 +136,9 @@ class TokenWMSpec(WorldModelSpec):
             raise ValueError(f"dim {self.dim} must be divisible by heads {self.heads}")
         if self.encoder_dim % self.encoder_heads:
             raise ValueError(f"encoder_dim {self.encoder_dim} must be divisible by encoder_heads {self.encoder_heads}")
+        if self.target == "features" and not self.encoder_weights:
+            raise ValueError("target 'features' reconstructs a pre-trained encoder's features: set "
+                             "encoder_weights to its folder, or use target 'pixels'")
         return self
 
 
@@ -135,26 +164,41 @@ class TokenWMWorldModel(WorldModel):
         self.num_patches = (height // p) * (width // p)
         self.feature_shape = (N_h, D)
         action_dim = env.num_actions
-        self.encoder = ViTEncoder(env.obs_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads, spec.mult)
+        if spec.encoder_weights:  # section 4: frozen DINOv2 features
+            self.encoder: nn.Module = DINOv2Encoder(spec.encoder_weights, spec.encoder_size)
+            N_z, D_z = self.encoder.tokens, self.encoder.dim
+        else:
+            self.encoder = ViTEncoder(env.obs_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads, spec.mult)
+            N_z, D_z = self.num_patches, spec.encoder_dim
         self.h0 = nn.Parameter(torch.randn(N_h, D) * 0.02)
         self.prior_pos = nn.Parameter(torch.randn(N_h, D) * 0.02)
         self.prior_blocks = nn.ModuleList(
             FiLMBlock(D, spec.heads, spec.mult, spec.post_norm, action_dim) for _ in range(spec.prior_layers)
         )
         self.post_pos = nn.Parameter(torch.randn(N_h, D) * 0.02)
-        self.obs_pos = nn.Parameter(torch.randn(self.num_patches, spec.encoder_dim) * 0.02)
+        self.obs_pos = nn.Parameter(torch.randn(N_z, D_z) * 0.02)
         self.post_blocks = nn.ModuleList(
-            CrossBlock(D, spec.heads, spec.mult, spec.post_norm, spec.encoder_dim) for _ in range(spec.posterior_layers)
+            CrossBlock(D, spec.heads, spec.mult, spec.post_norm, D_z) for _ in range(spec.posterior_layers)
         )
         if spec.memory:
             self.age = nn.Parameter(torch.randn(spec.memory + 1, 1, D) * 0.02)
             self.memory_blocks = nn.ModuleList(
                 CrossBlock(D, spec.heads, spec.mult, spec.post_norm) for _ in range(spec.memory_layers)
             )
-        self.decoder_queries = PerceiverReadout(D, spec.heads, self.num_patches, spec.post_norm)
-        self.decoder_mlp = nn.Sequential(nn.Linear(D, spec.decoder_hidden), nn.GELU(), nn.Linear(spec.decoder_hidden, p * p * c))
+        pixels = p * p * c  # a patch's pixels
+        if spec.target == "pixels":
+            self.decoder_queries, self.decoder_mlp = self.perceiver_decoder(self.num_patches, pixels)
+        else:  # ẑ_t: the features, and the viewer that shows h as a frame (gradient stopped at h)
+            self.decoder_queries, self.decoder_mlp = self.perceiver_decoder(N_z, D_z)
+            self.viewer_queries, self.viewer_mlp = self.perceiver_decoder(self.num_patches, pixels)
         self.readout = PerceiverReadout(D, spec.heads, 1, spec.post_norm)
         self.heads = RewardContinueHeads(D, spec.head_hidden, spec.head_layers, spec.reward_bins)
+
+    def perceiver_decoder(self, outputs: int, width: int) -> tuple[PerceiverReadout, nn.Sequential]:
+        """3.4: ``outputs`` learned queries cross-attend to h; a shared MLP maps each to ``width`` values."""
+        spec = self.spec
+        mlp = nn.Sequential(nn.Linear(spec.dim, spec.decoder_hidden), nn.GELU(), nn.Linear(spec.decoder_hidden, width))
+        return PerceiverReadout(spec.dim, spec.heads, outputs, spec.post_norm), mlp
 
     def components(self) -> dict[str, tuple[list[nn.Parameter], OptimSpec]]:
         return {"model": (list(self.parameters()), self.spec.optim)}
@@ -186,8 +230,15 @@ class TokenWMWorldModel(WorldModel):
         return x
 
     def reconstruct(self, h: Tensor) -> Tensor:
-        """ẑ = D(h) (3.4): patches ``[..., N_z, p·p·C]`` in ``[0, 1]`` scale (not clamped)."""
-        return self.decoder_mlp(self.decoder_queries(h)) + 0.5
+        """ẑ = D(h) (3.4): pixel patches ``[..., N_z, p·p·C]`` in ``[0, 1]`` scale (not clamped), or
+        with ``target: features`` the encoder's tokens ``[..., N_z, D_z]``."""
+        return self.decoder_mlp(self.decoder_queries(h)) + (0.5 if self.spec.target == "pixels" else 0.0)
+
+    def frame_patches(self, h: Tensor) -> Tensor:
+        """The frame h shows, as pixel patches: the decoder's, or the viewer's (``target: features``)."""
+        if self.spec.target == "pixels":
+            return self.reconstruct(h)
+        return self.viewer_mlp(self.viewer_queries(h.detach())) + 0.5
 
     def patches(self, obs: Tensor) -> Tensor:
         """The reconstruction target: uint8 frames ``[..., C, H, W]`` → ``[..., N_z, p·p·C]`` in ``[0, 1]``."""
@@ -240,15 +291,16 @@ class TokenWMWorldModel(WorldModel):
 
     @torch.no_grad()
     def decode(self, state: State) -> Tensor:
-        image = self.unpatch(self.reconstruct(state["h"]))
+        image = self.unpatch(self.frame_patches(state["h"]))
         return (image.clamp(0, 1) * 255).round().to(torch.uint8)
 
-    def rollout(self, batch: Batch) -> tuple[State, Tensor]:
+    def rollout(self, batch: Batch, z: Tensor | None = None) -> tuple[State, Tensor]:
         """The recurrence over a batch from h_0: the states after each step ``[B, T, ...]`` and the
         priors ``[B, T, N_h, D]``. Every row starts from h_0 (training carries no state across
-        windows); the prior at a window's first step reads the zero action."""
+        windows); the prior at a window's first step reads the zero action. ``z``: the batch's
+        encoded frames, when the caller has them."""
         B, T = batch.shape
-        z = self.encoder(batch.obs)
+        z = self.encoder(batch.obs) if z is None else z
         prev_action = torch.cat([torch.zeros_like(batch.action[:, :1]), batch.action[:, :-1]], 1)
         state, states, priors = self.initial_state(B), [], []
         for t in range(T):
@@ -265,16 +317,23 @@ class TokenWMWorldModel(WorldModel):
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """Eq. 1 (without its imitation term) plus the reward and continue heads."""
         spec = self.spec
-        states, priors = self.rollout(batch)
+        z = self.encoder(batch.obs)
+        states, priors = self.rollout(batch, z)
         post, hstar = states["h"], states["hstar"]
         informed = ~batch.is_first
         informed[:, 0] = False
         state = masked_mean((post - priors).square().mean((-2, -1)), informed)
-        recon = (self.reconstruct(post) - self.patches(batch.obs)).square().mean()
+        target = self.patches(batch.obs) if spec.target == "pixels" else z
+        recon = (self.reconstruct(post) - target).square().mean()
         reward, cont, head_metrics = self.heads.loss(self.readout(hstar).squeeze(-2), batch)
         total = spec.state_weight * state + spec.recon_weight * recon + spec.reward_weight * reward + spec.cont_weight * cont
+        views = {}
+        if spec.target == "features":  # the viewer learns the frame; its gradient stops at h
+            views["view"] = (self.frame_patches(post) - self.patches(batch.obs)).square().mean()
+            total = total + views["view"]
         with torch.no_grad():
-            metrics = {"model": total, "state": state, "recon": recon, "reward": reward, "cont": cont, **head_metrics}
+            metrics = {"model": total, "state": state, "recon": recon, "reward": reward, "cont": cont,
+                       **views, **head_metrics}
         starts = slice(None, None, spec.start_stride)
         return TrainOutput(
             losses={"model": total},

@@ -100,13 +100,13 @@ class TokenWMImitationPolicy(ImitationPolicy):
         if not self.spec.groups:
             return super().action_head(width)
         spec = self.spec
-        return nn.ModuleList(MLP(width + spec.text_dim, size * self.choices, spec.units, spec.layers)
+        return nn.ModuleList(MLP(width + self.text_width, size * self.choices, spec.units, spec.layers)
                              for size in spec.groups)
 
     def logits(self, features: Tensor, condition: Tensor) -> Tensor:
         if not self.spec.groups:
             return super().logits(features, condition)
-        tokens, c = self.read(features), self.text(condition)  # [..., groups, D], [..., text_dim]
+        tokens, c = self.read(features), self.text(condition)  # [..., groups, D], [..., c's width]
         out = [head(torch.cat([tokens[..., g, :], c], -1)).unflatten(-1, (size, self.choices))
                for g, (head, size) in enumerate(zip(self.head, self.spec.groups))]
         return torch.cat(out, -2)  # [..., A, bins]

@@ -40,7 +40,7 @@ def test_rows_conditions_and_acted_follow_the_episodes(demos_root):
     episodes = list(iter_episodes(demos_root, "train"))
     demos = Demonstrations(demos_root, "train")
     vocab = Vocabulary.build(demos.missions, 16)
-    demos.read_with(vocab)
+    demos.read_with(vocab.encode)
     start = 0
     for e in episodes:
         n = len(e["reward"])
@@ -56,7 +56,7 @@ def test_rows_conditions_and_acted_follow_the_episodes(demos_root):
 def test_a_window_is_consecutive_rows_with_their_conditions(demos_root):
     # catches: the condition or `acted` of a window taken from other rows than its frames
     demos = Demonstrations(demos_root, "train")
-    demos.read_with(Vocabulary.build(demos.missions, 16))
+    demos.read_with(Vocabulary.build(demos.missions, 16).encode)
     demos.seed(3)
     batch, condition, acted = demos.sample(4, 5)
     assert batch.shape == (4, 5) and condition.shape == (4, 5, 16) and acted.shape == (4, 5)

@@ -68,7 +68,7 @@ def test_rssm_trains_with_bc_and_its_policy_gradient_stops_at_the_features(demos
         run = load_run(load_checkpoint(run_dir / "checkpoint.safetensors")["run"])
         agent = Agent(run, data_env_info(demos / "train", run))
         data = Demonstrations(demos)
-        data.read_with(agent.policy.vocabulary)
+        data.read_with(agent.policy.encode_mission)
         losses, metrics = imitation_losses(agent, *data.sample(2, 4))
         assert set(losses) == {"model", "policy/policy"} and "policy/bc_accuracy" in metrics
         losses["policy/policy"].backward()
@@ -87,7 +87,7 @@ def test_training_features_are_the_states_the_policy_acts_on(demos):
     run = run_spec("tokenwm", "babyai-goto-local", "tiny", None, 0, None, ["train.image_size=16"], imitation=True)
     agent = Agent(run, EnvInfo("babyai-goto-local", (3, 16, 16), 7))
     data = Demonstrations(demos)
-    data.read_with(agent.policy.vocabulary)
+    data.read_with(agent.policy.encode_mission)
     batch = data.sample(2, 6)[0]
     agent.world_model.eval()
     with torch.no_grad():
@@ -141,3 +141,39 @@ def test_evaluation_gives_the_policy_each_episodes_mission(demos, tmp_path, caps
     assert len(set(missions)) > 1
     expected = [agent.policy.vocabulary.encode(m).tolist() for m, r in zip(missions, results) for _ in range(r.length)]
     assert seen == expected
+
+
+def test_the_papers_pretrained_encoders_from_local_folders_end_to_end(demos, tmp_path, capsys):
+    # catches: the pre-trained folders not reaching the model and policy through --set (or lost
+    # from run.yaml, so eval builds a ViT and a vocabulary policy the checkpoint does not fit),
+    # the encoders' weights saved in the checkpoint, evaluation reading the mission with the
+    # vocabulary instead of the sentence encoder, a moved folder failing with a traceback
+    pytest.importorskip("sentence_transformers")
+    from pretrained_fakes import write_dinov2, write_sentence_encoder
+
+    from wmzoo.eval.rollout import load_agent
+
+    dino = write_dinov2(tmp_path / "dinov2", size=8, patch=4, width=24)
+    words = write_sentence_encoder(tmp_path / "sentences")
+    logdir = tmp_path / "run"
+    assert _run(capsys, "--backbone", "tokenwm", "--imitation", str(demos), "--steps", "2", "--logdir", str(logdir),
+                "--set", f"model.encoder_weights={dino}", "--set", "model.encoder_size=8",
+                "--set", "model.target=features", "--set", f"policy.text_encoder={words}")[0] == 0
+    tree = load_checkpoint(logdir / "checkpoint.safetensors")
+    run = load_run(tree["run"])
+    assert run.model.encoder_weights == str(dino) and run.policy.text_encoder == str(words)
+    assert run.policy.vocabulary == []  # the sentence encoder reads the missions, not a vocabulary
+    assert not any(k.startswith("encoder.") for k in tree["world_model"]), "DINOv2's weights saved"
+    assert not any("sentences" in k or "auto_model" in k for k in tree["policy"]), "the sentence encoder saved"
+    agent = load_agent(logdir / "checkpoint.safetensors")
+    mission = "go to the red ball"
+    np_code = agent.policy.sentences.encode(mission)
+    torch.testing.assert_close(agent.policy.condition({"mission": mission})[0], torch.as_tensor(np_code))
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(logdir / "checkpoint.safetensors"), "--episodes", "1",
+                 "--max-steps", "4"]) == 0
+    assert "success rate" in capsys.readouterr().out
+    dino.rename(tmp_path / "elsewhere")
+    assert main(["eval", "--checkpoint", str(logdir / "checkpoint.safetensors"), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "model.encoder_weights=" in err and "no such folder" in err and len(err.strip().splitlines()) == 1

@@ -8,9 +8,11 @@ features of the training pass (:attr:`wmzoo.interfaces.TrainOutput.features`: RS
 
 - reader: the features as they are (flattened); a backbone's own policy may read them otherwise
   (``tokenwm-bc``: the perceiver read-out of section 3.6) through :meth:`ImitationPolicy.reader`;
-- c: a small text encoder learned from scratch over the demonstrations' vocabulary (word and
-  position embeddings, averaged over the words; :class:`MissionEncoder`), "repeated" for every
-  step (figure 1b) and concatenated with the read-out (3.6);
+- c: the instruction's embedding, "repeated" for every step (figure 1b) and concatenated with the
+  read-out (3.6): by default a small text encoder learned from scratch over the demonstrations'
+  vocabulary (word and position embeddings, averaged over the words; :class:`MissionEncoder`);
+  with ``text_encoder``, the paper's choice, a frozen pre-trained sentence encoder read from a local
+  folder (:class:`wmzoo.nn.pretrained.SentenceEncoder`), its embedding concatenated as it is;
 - an MLP to the action: categorical logits for discrete actions; for continuous actions 256 bins
   per dimension between the data's 1st and 99th percentile (section 4, as OpenVLA does).
 
@@ -18,8 +20,9 @@ features of the training pass (:attr:`wmzoo.interfaces.TrainOutput.features`: RS
 policy trains its state (it stores the previous action) and detaches it; TokenWM trains jointly.
 So ``bc`` detaches by default and ``tokenwm-bc`` does not.
 
-Named deviations: the paper's language encoder is a pre-trained Universal Sentence Encoder
-(nothing downloads here); acting in imagination is not what this policy does (``wmzoo run
+Named deviations: the default language encoder is learned from scratch, not the paper's
+pre-trained Universal Sentence Encoder (nothing downloads here; ``text_encoder`` reads one a user
+has on disk); acting in imagination is not what this policy does (``wmzoo run
 --imitation`` trains it; ``wmzoo run`` online refuses it).
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
@@ -38,6 +42,7 @@ from wmzoo.errors import SpecError, WmzooError
 from wmzoo.hookspecs import PolicyEntry, hookimpl
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.nn import MLP
+from wmzoo.nn.pretrained import SentenceEncoder
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
 
@@ -53,7 +58,12 @@ class ImitationSpec(PolicySpec):
 
     units: int = Field(256, ge=1, le=8192, description="hidden units of the action MLP")
     layers: int = Field(2, ge=0, le=16, description="hidden layers of the action MLP (table 2: 2)")
-    text_dim: int = Field(64, ge=1, le=4096, description="width of the instruction embedding c")
+    text_dim: int = Field(64, ge=1, le=4096, description="width of the learned instruction embedding c "
+                          "(a pre-trained text_encoder's c has its own width)")
+    text_encoder: str = Field("", description="a local folder of a pre-trained sentence encoder "
+                              "(sentence-transformers format, e.g. distiluse-base-multilingual-cased-v2, "
+                              "the paper's; needs wmzoo[pretrained]; nothing downloads): c is its frozen "
+                              "embedding; empty: a small text encoder learned from scratch")
     max_words: int = Field(32, ge=1, le=512, description="longest instruction, in words")
     vocabulary: list[str] = Field(
         default_factory=list, description="the instructions' words, filled from the demonstrations' "
@@ -118,7 +128,12 @@ class ImitationPolicy(Policy):
         self.categoricals = 1 if env.discrete else env.num_actions
         self.choices = env.num_actions if env.discrete else spec.bins
         self.read, width = self.reader(feature_shape)
-        self.text = MissionEncoder(len(spec.vocabulary), spec.max_words, spec.text_dim)
+        self.sentences = SentenceEncoder(spec.text_encoder) if spec.text_encoder else None
+        if self.sentences is None:
+            self.text: nn.Module = MissionEncoder(len(spec.vocabulary), spec.max_words, spec.text_dim)
+            self.text_width = spec.text_dim
+        else:  # figure 1b: the pre-trained embedding c, concatenated as it is
+            self.text, self.text_width = nn.Identity(), self.sentences.dim
         self.head = self.action_head(width)
         if not env.discrete:
             self.register_buffer("low", torch.tensor(spec.action_low, dtype=torch.float32))
@@ -132,7 +147,7 @@ class ImitationPolicy(Policy):
 
     def action_head(self, width: int) -> nn.Module:
         """The MLP from the read-out (``width``) and c to the logits of every action group."""
-        return MLP(width + self.spec.text_dim, self.categoricals * self.choices, self.spec.units, self.spec.layers)
+        return MLP(width + self.text_width, self.categoricals * self.choices, self.spec.units, self.spec.layers)
 
     # -- π(a | features, c) ----------------------------------------------------------------
     def logits(self, features: Tensor, condition: Tensor) -> Tensor:
@@ -148,6 +163,11 @@ class ImitationPolicy(Policy):
 
     def from_bins(self, index: Tensor) -> Tensor:
         return self.low + index.float() / (self.spec.bins - 1) * (self.high - self.low)
+
+    def encode_mission(self, mission: str) -> np.ndarray:
+        """What ``condition`` holds for an instruction: its word ids ``int64 [max_words]``, or with a
+        pre-trained ``text_encoder`` its embedding ``float32 [dim]``."""
+        return self.vocabulary.encode(mission) if self.sentences is None else self.sentences.encode(mission)
 
     def imitation_loss(self, features: Tensor, condition: Tensor, action: Tensor, acted: Tensor
                        ) -> tuple[Tensor, dict[str, float]]:
@@ -168,16 +188,16 @@ class ImitationPolicy(Policy):
 
     # -- the Policy interface ------------------------------------------------------------------
     def condition(self, info: dict[str, Any]) -> Tensor:
-        """c's word ids ``[1, L]`` for an episode from its reset ``info`` (``info["mission"]``;
-        an env without one gives the empty instruction)."""
+        """c's input ``[1, ...]`` (:meth:`encode_mission`) for an episode from its reset ``info``
+        (``info["mission"]``; an env without one gives the empty instruction)."""
         mission = info.get("mission", "")
-        return torch.as_tensor(self.vocabulary.encode(mission if isinstance(mission, str) else ""))[None]
+        return torch.as_tensor(self.encode_mission(mission if isinstance(mission, str) else ""))[None]
 
     def act(self, features: Tensor, state: State, sample: bool = True, temperature: float = 1.0
             ) -> tuple[Tensor, State]:
         condition = state.get("condition")
-        if condition is None:
-            condition = torch.zeros(features.shape[0], self.spec.max_words, dtype=torch.int64)
+        if condition is None:  # no instruction given: the empty one
+            condition = self.condition({})
         condition = condition.to(features.device).expand(features.shape[0], -1)
         logits = self.logits(features, condition)
         index = Categorical(logits=logits / temperature).sample() if sample else logits.argmax(-1)

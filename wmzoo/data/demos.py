@@ -6,8 +6,9 @@ demonstrations {(o_{1:T}, a_{1:T}, l)}"; ``wmzoo data generate`` records them on
 stream of rows (episodes back to back, ``is_first`` at each start, as the replay has them) and
 samples windows of it like the replay does, adding what the replay does not carry:
 
-- ``condition`` ``int64 [B, T, L]``: each row's instruction as word ids of a :class:`Vocabulary`
-  (0 pads; ``L`` = the vocabulary's ``max_words``); all padding where the data has no missions;
+- ``condition`` ``[B, T, ...]``: each row's instruction as the policy reads it (:meth:`Demonstrations.read_with`):
+  word ids of a :class:`Vocabulary` ``int64 [L]`` (0 pads; ``L`` = its ``max_words``; all padding
+  where the data has no missions), or a pre-trained sentence embedding ``float32 [E]``;
 - ``acted`` ``bool [B, T]``: the row has a demonstrated action. An episode's last row holds the final
   observation with a zero action (:mod:`wmzoo.interfaces`), which is no demonstration.
 
@@ -18,6 +19,7 @@ against its manifest checksum before it is used.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +77,7 @@ class Demonstrations:
         self.rows = {k: np.concatenate([e[k] for e in episodes]) for k in self.FIELDS}
         self.lengths = [len(e["reward"]) for e in episodes]
         self.acted = np.concatenate([np.arange(n) < n - 1 for n in self.lengths])
-        self.condition: np.ndarray | None = None  # [rows, L] after read_with
+        self.condition: np.ndarray | None = None  # [rows, ...] after read_with
         self.generator = np.random.default_rng(0)
 
     def seed(self, seed: int) -> None:
@@ -87,11 +89,12 @@ class Demonstrations:
         """The demonstrated actions (the rows with one)."""
         return self.rows["action"][self.acted]
 
-    def read_with(self, vocabulary: Vocabulary) -> None:
-        """Give every row its episode's mission as word ids of ``vocabulary`` (the ``condition``
-        :meth:`sample` returns)."""
-        self.condition = np.concatenate([np.repeat(vocabulary.encode(m)[None], n, 0)
-                                         for m, n in zip(self.missions, self.lengths)])
+    def read_with(self, encode: Callable[[str], np.ndarray]) -> None:
+        """Give every row its episode's mission as ``encode`` reads it (the ``condition``
+        :meth:`sample` returns): e.g. a :class:`Vocabulary`'s ``encode`` or a policy's
+        ``encode_mission``. Each distinct mission is encoded once."""
+        codes = {m: encode(m) for m in dict.fromkeys(self.missions)}
+        self.condition = np.concatenate([np.repeat(codes[m][None], n, 0) for m, n in zip(self.missions, self.lengths)])
 
     def __len__(self) -> int:
         return len(self.acted)
@@ -105,6 +108,6 @@ class Demonstrations:
         starts = self.generator.integers(0, len(self) - seq_len + 1, batch_size)
         index = starts[:, None] + np.arange(seq_len)
         if self.condition is None:
-            raise RuntimeError("Demonstrations.read_with(vocabulary) must come before sample()")
+            raise RuntimeError("Demonstrations.read_with(encode) must come before sample()")
         batch = Batch(**{k: torch.as_tensor(self.rows[k][index]) for k in self.FIELDS})
         return batch, torch.as_tensor(self.condition[index]), torch.as_tensor(self.acted[index])

@@ -52,7 +52,7 @@ def fill_from_demonstrations(run: RunSpec, demos: Demonstrations, discrete: bool
     spec = run.policy
     assert isinstance(spec, ImitationSpec)
     updates: dict[str, object] = {}
-    if not spec.vocabulary:
+    if not spec.vocabulary and not spec.text_encoder:  # a pre-trained text encoder has its own
         updates["vocabulary"] = list(Vocabulary.build(demos.missions, spec.max_words).words)
     if not discrete and not spec.action_low:
         updates["action_low"] = np.percentile(demos.actions, 1, axis=0).astype(float).tolist()
@@ -123,7 +123,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
     progress = restored_updates(agent, logdir, updates, "imitation") if resume else Progress()
     distributed.broadcast_state(agent)  # data-parallel: every rank from rank 0's weights
     demos.seed(distributed.rank_seed(run.seed) + progress.updates)  # as the replay's (and each rank its own)
-    demos.read_with(policy.vocabulary)
+    demos.read_with(policy.encode_mission)
     write_run_spec(logdir, run, resume=resume)
     if record != recorded:
         write_offline_record(logdir, record)
