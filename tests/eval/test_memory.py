@@ -75,6 +75,49 @@ def test_imagination_metrics_against_hand_computed_values():
     assert out["gen_mse"] == pytest.approx(np.mean(per_step)) and out["episodes"] == 2
 
 
+def test_mean_frame_error_is_the_error_of_drawing_the_context_frames_mean():
+    # catches: the baseline taken over the query rows too, or in other units than recon_mse
+    # (0-255 instead of [0, 1], a mean over pixels instead of the per-image sum)
+    wm = KnownModel(ENV)
+    rng = np.random.default_rng(0)
+    batch, extras = _batch([episode(7), episode(7)])
+    batch.obs[:] = torch.as_tensor(rng.integers(0, 256, batch.obs.shape, dtype=np.uint8))
+    out = imagination_metrics(wm, iter([(batch, extras, 3)]))
+    context = batch.obs[:, :3].numpy().reshape(-1, *ENV.obs_shape)
+    mean = np.round(context.mean(0)).astype(np.uint8)  # near enough: the error of the exact mean is below
+    assert out["mean_frame_mse"] <= image_error(context, np.broadcast_to(mean, context.shape)).mean()
+    assert out["mean_frame_mse"] == pytest.approx(((context / 255.0 - context.mean(0) / 255.0) ** 2).sum((1, 2, 3)).mean())
+    assert "latent_perplexity" not in out  # KnownModel's states have no categorical logits
+
+
+def test_class_usage_is_one_for_a_collapsed_latent_and_the_class_count_when_used_evenly():
+    # catches: the perplexity of each state's own (sharp) posterior instead of the average over
+    # states (it would read 1 for a model that uses every class), groups summed instead of averaged
+    from wmzoo.eval.memory import ClassUsage
+
+    collapsed, even = ClassUsage(), ClassUsage()
+    sharp = torch.full((4, 2, 8), -30.0)
+    sharp[..., 3] = 30.0
+    collapsed.add({"logits": sharp})
+    for k in range(8):  # every state sharp, each on another class
+        logits = torch.full((1, 2, 8), -30.0)
+        logits[..., k] = 30.0
+        even.add({"logits": logits})
+    assert collapsed.perplexity == pytest.approx(1.0) and even.perplexity == pytest.approx(8.0)
+    assert even.classes == 8 and ClassUsage().classes == 0
+
+
+def test_reward_auc_is_the_rank_statistic():
+    # catches: labels and scores swapped (AUC 1 - x), ties not counted half
+    from wmzoo.eval.memory import reward_auc
+
+    assert reward_auc(np.array([0.9, 0.8, 0.1, 0.2]), np.array([True, True, False, False])) == 1.0
+    assert reward_auc(np.array([0.1, 0.8, 0.9, 0.2]), np.array([True, False, False, True])) == 0.0
+    assert reward_auc(np.array([0.5, 0.5, 0.5]), np.array([True, False, False])) == 0.5
+    assert reward_auc(np.array([0.3, 0.6, 0.6, 0.1]), np.array([False, True, False, True])) == pytest.approx(0.375)
+    assert reward_auc(np.array([0.3, 0.6]), np.array([True, True])) is None
+
+
 def test_reward_accuracy_inference_versus_imagination():
     # rewards follow action 2; the model predicts them only after seeing 4 rows
     actions, rewards = [0, 2, 2, 0, 2, 0], [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
@@ -86,6 +129,7 @@ def test_reward_accuracy_inference_versus_imagination():
     batch, extras = _batch([data])
     out = reward_accuracy(wm, iter([(batch, extras, 2)]), None)  # scored: the ending transition 4
     assert (out["inference_accuracy"], out["imagination_accuracy"], out["scored_transitions"]) == (1.0, 0.0, 1)
+    assert out["inference_auc"] is None  # one scored transition: nothing to rank
     out = reward_accuracy(wm, iter([(batch, extras, 2)]), "info_unlock_attempt")
     # inference sees rows 0..t: t = 1, 2 (2, 3 rows seen) miss, t = 4 (5 rows) hits; imagination
     # keeps the 2 context rows and misses all three
@@ -211,10 +255,10 @@ def trained(tmp_path_factory):
 @pytest.mark.parametrize(
     ("protocol", "keys"),
     [
-        ("imagination", {"recon_mse", "gen_mse", "gen_mse_per_step"}),
+        ("imagination", {"recon_mse", "gen_mse", "gen_mse_per_step", "mean_frame_mse", "latent_perplexity"}),
         ("recall", {"extra_frames", "gen_mse", "gen_mse_common"}),
         ("reward", {"inference_accuracy", "imagination_accuracy", "step_inference_accuracy",
-                    "step_imagination_accuracy", "scored_transitions"}),
+                    "step_imagination_accuracy", "scored_transitions", "inference_auc", "imagination_auc"}),
         ("reasoning", {"inference_accuracy", "imagination_accuracy", "step_inference_accuracy",
                        "step_imagination_accuracy", "scored_transitions"}),
     ],

@@ -99,15 +99,18 @@ class Observed:
 @torch.no_grad()
 def observe_rows(
     wm: WorldModel, batch: Batch, start: int, stop: int, state: State | None = None, *, decode: bool = False,
+    usage: ClassUsage | None = None,
 ) -> Observed:
     """Filter rows ``[start, stop)`` of ``batch`` one at a time (from ``state``, the initial state
-    at row 0)."""
+    at row 0); ``usage`` counts the latent classes of every state."""
     B = batch.shape[0]
     state = wm.initial_state(B) if state is None else state
     frames = []
     for t in range(start, stop):
         prev = batch.action[:, t - 1] if t > 0 else torch.zeros_like(batch.action[:, 0])
         state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+        if usage is not None:
+            usage.add(state)
         if decode:
             frames.append(wm.decode(state).cpu())
     return Observed(state, torch.stack(frames, 1).numpy() if decode else None)
@@ -131,12 +134,18 @@ Batches = Iterator[tuple[Batch, dict[str, np.ndarray], int]]
 
 
 def imagination_metrics(wm: WorldModel, batches: Batches) -> dict[str, Any]:
-    """Recon. MSE over the context, Gen. MSE over the query and Gen. MSE per imagination step."""
+    """Recon. MSE over the context, Gen. MSE over the query and Gen. MSE per imagination step;
+    beside them two readings of whether the model has learnt to see: ``mean_frame_mse``, the
+    Recon. MSE of drawing the context frames' per-pixel mean every time (a model that has learnt
+    nothing of the frames at hand scores about this), and, for states with categorical latents,
+    ``latent_perplexity`` (:class:`ClassUsage`)."""
     recon, gen = _Mean(), _Mean()
+    pixels, usage = _PixelMoments(), ClassUsage()
     per_step: dict[int, _Mean] = {}
     for batch, _, context in batches:
         real = batch.obs.numpy()
-        seen = observe_rows(wm, batch.to(_device(wm)), 0, context, decode=True)
+        pixels.add(real[:, :context])
+        seen = observe_rows(wm, batch.to(_device(wm)), 0, context, decode=True, usage=usage)
         frames, _ = imagine_rows(wm, seen.state, batch.action[:, context - 1 : -1].to(_device(wm)))
         recon.add(image_error(real[:, :context], seen.frames))
         errors = image_error(real[:, context:], frames)  # [B, query]
@@ -144,8 +153,9 @@ def imagination_metrics(wm: WorldModel, batches: Batches) -> dict[str, Any]:
         for j in range(errors.shape[1]):
             per_step.setdefault(j, _Mean()).add(errors[:, j])
     steps = sorted(per_step)
-    return {"recon_mse": recon.value, "gen_mse": gen.value, "episodes": recon.episodes,
-            "gen_mse_per_step": [per_step[j].value for j in steps]}
+    latent = {"latent_perplexity": usage.perplexity, "latent_classes": usage.classes} if usage.classes else {}
+    return {"recon_mse": recon.value, "gen_mse": gen.value, "mean_frame_mse": pixels.mean_frame_error,
+            **latent, "episodes": recon.episodes, "gen_mse_per_step": [per_step[j].value for j in steps]}
 
 
 def recall_metrics(wm: WorldModel, episodes: Iterator[dict[str, np.ndarray]], extra: int = MAX_EXTRA_FRAMES
@@ -213,6 +223,8 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
     rows and imagines the query under its recorded actions. Both in each form of :data:`FORMS`.
     """
     correct: dict[str, list[np.ndarray]] = {}
+    scores: dict[str, list[np.ndarray]] = {}
+    labels: list[np.ndarray] = []
     n = 0
     for batch, extras, context in batches:
         marks = _marks(batch, extras, scored)
@@ -228,13 +240,37 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
             _, imagined = imagine_rows(wm, seen.state, query_actions, decode=False)
             for name, predicted in (("inference", full.float().cpu().numpy()), ("imagination", imagined)):
                 correct.setdefault(f"{prefix}{name}_accuracy", []).append(reward_correct(predicted, target)[mask])
+                scores.setdefault(f"{prefix}{name}_auc", []).append(predicted[mask])
+        labels.append(target[mask] > 0.5)
         n += batch.shape[0]
     results = {key: np.concatenate(values) for key, values in correct.items()}
     if results["inference_accuracy"].size == 0:
         what = "episode-ending" if scored is None else f"{scored}-marked"
         raise WmzooError(f"the evaluated episodes have no {what} query transitions to score")
-    return {**{key: float(value.mean()) for key, value in results.items()},
+    positive = np.concatenate(labels)
+    aucs = {key: reward_auc(np.concatenate(values), positive) for key, values in scores.items()}
+    return {**{key: float(value.mean()) for key, value in results.items()}, **aucs,
             "scored_transitions": int(results["inference_accuracy"].size), "episodes": n}
+
+
+def reward_auc(score: np.ndarray, positive: np.ndarray) -> float | None:
+    """The area under the ROC curve of the predicted rewards as scores for the rewarded
+    transitions (Mann–Whitney U over the ranks, ties counted half): the threshold-free beside the
+    accuracy, which reads the prediction at 0.5. 0.5: no better than chance; ``None`` (JSON null)
+    where every transition is of one kind."""
+    n_pos = int(positive.sum())
+    n_neg = positive.size - n_pos
+    if not n_pos or not n_neg:
+        return None
+    order = np.argsort(score, kind="mergesort")
+    ranks = np.empty(score.size)
+    sorted_scores = score[order]
+    start = 0
+    for end in range(1, score.size + 1):  # average ranks over ties
+        if end == score.size or sorted_scores[end] != sorted_scores[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2
+            start = end
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def _marks(batch: Batch, extras: dict[str, np.ndarray], scored: str | None) -> np.ndarray:
@@ -331,6 +367,63 @@ def batches(episodes: Iterator[dict[str, np.ndarray]], manifest: Manifest, size:
         context = this
     if group:
         yield (*_batch(group), context)
+
+
+class _PixelMoments:
+    """Running per-pixel sums of uint8 frames, for the error of their mean frame."""
+
+    def __init__(self) -> None:
+        self.total: np.ndarray | None = None
+        self.squares: np.ndarray | None = None
+        self.count = 0
+
+    def add(self, frames: np.ndarray) -> None:
+        flat = frames.reshape(-1, *frames.shape[-3:]).astype(np.float64) / 255.0
+        total, squares = flat.sum(0), np.square(flat).sum(0)
+        self.total = total if self.total is None else self.total + total
+        self.squares = squares if self.squares is None else self.squares + squares
+        self.count += len(flat)
+
+    @property
+    def mean_frame_error(self) -> float:
+        """Mean per-image sum of squared errors of the mean frame (:func:`image_error`'s units):
+        the sum over pixels of each pixel's variance."""
+        if not self.count or self.total is None or self.squares is None:
+            return float("nan")
+        mean = self.total / self.count
+        return float((self.squares / self.count - np.square(mean)).clip(min=0).sum())
+
+
+class ClassUsage:
+    """How many latent classes a model uses: for states whose ``logits`` are categorical latents
+    ``[B, groups, classes]`` (:mod:`wmzoo.nn.latent`), the perplexity ``exp H(p̄_g)`` of each group's
+    class probabilities averaged over every observed state, averaged over the groups. 1: every
+    state has the same class (a collapsed latent); ``classes``: all used evenly. States without such
+    logits are not counted."""
+
+    def __init__(self) -> None:
+        self.sums: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, state: State) -> None:
+        logits = state.get("logits")
+        if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+            return
+        probs = logits.detach().float().softmax(-1).sum(0).cpu().double()
+        self.sums = probs if self.sums is None else self.sums + probs
+        self.count += logits.shape[0]
+
+    @property
+    def classes(self) -> int:
+        return 0 if self.sums is None else int(self.sums.shape[-1])
+
+    @property
+    def perplexity(self) -> float:
+        if self.sums is None:
+            return float("nan")
+        p = self.sums / self.count
+        entropy = -(p * p.clamp(min=1e-12).log()).sum(-1)
+        return float(entropy.exp().mean())
 
 
 class _Mean:
