@@ -2,18 +2,29 @@
 reward prediction accuracy, inference vs imagination, of RSSM-TBTT, TSSM-XL and S4WM trained on
 the same data with the same budget: frames, updates and learning-rate warm-up.
 
-    python benchmarks/distracting_memory.py --workdir runs/dm100 --episodes 1000 --frames 120000
+    python benchmarks/distracting_memory.py --workdir runs/dm100 --episodes 2400 --frames 2000000
 
 Steps, each through the CLI a user would run (so the report tests the library as shipped):
 
-1. ``wmzoo data generate --env distracting-memory-100 --episodes N --size 40`` (8/1/1 splits);
+1. ``wmzoo data generate --env distracting-memory-100 --episodes N --size 40`` (2,000 / 200 / 200
+   episodes at the default 2,400);
 2. ``wmzoo run --offline DATA`` for each backbone at its ``small`` preset with the paper's
    objective (KL balancing 0.8, no free nats) and a 3-stage CNN for 40×40, on windows aligned to
    the 250-row episodes (``train.windows=episodes``): S4WM on whole episodes, TSSM-XL on two
    segments of 125 with a 128-step cache, RSSM-TBTT on five TBTT segments of 50 (s4wm table 8);
-3. ``wmzoo evaluate --protocol reward --split test`` on each checkpoint (training form, and the
-   step form beside it);
-4. a markdown table and a bar plot of both accuracies, beside the paper's numbers.
+3. **the gate** at ``--gate-frames`` (0.5M): each run is evaluated (``wmzoo evaluate --protocol
+   imagination`` and ``reward`` on the test split) before it trains on; it passes when it
+   reconstructs better than half the mean-frame baseline (``recon_mse < mean_frame_mse / 2``) and
+   uses its latent classes (``latent_perplexity >=`` :data:`MIN_PERPLEXITY`: the first runs'
+   posteriors had collapsed to 1–3 of 32). If one fails the script stops there (exit 1) with the
+   gate's table: fix the learning before spending the budget (``--past-gate`` goes on anyway);
+4. **the memoryless control** (``--control``): the same data with the ending's reward relabelled
+   to depend on the last move only (1 when it is *up*, :func:`relabel`), the same budget up to the
+   gate: a backbone that cannot learn this cannot be asked about memory;
+5. the runs resume to ``--frames``; ``wmzoo evaluate --protocol reward --split test`` on each
+   (training form, the step form beside it; accuracies and the threshold-free reward AUC);
+6. the report: a markdown table and a bar plot of both accuracies beside the paper's numbers, the
+   gate's and the control's tables, learning curves (reconstruction and reward loss by frames).
 
 **Equal budgets.** Every backbone trains on the same frames *and* the same number of updates:
 each update reads :data:`FRAMES_PER_UPDATE` rows (batch = 500 / segment length: S4WM 2 × 250,
@@ -36,10 +47,16 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import numpy as np
+
 ENV = "distracting-memory-100"
 EPISODE_ROWS = 250  # 199 context + 51 query observations
 FRAMES_PER_UPDATE = 500  # rows every update trains on, for every backbone
 WARMUP = 50  # learning-rate warm-up in updates, the same for every backbone
+GATE_FRAMES = 500_000  # the gate: each run must have learnt to see by here
+MIN_PERPLEXITY = 4.0  # classes per latent group the gate asks a model to use (of its 32)
+UP = 3  # the actions are right, down, left, up (MiniGrid's directions)
+GATE_EPISODES = 100  # test episodes the gate's imagination protocol decodes
 # backbone -> (label, training segment length, extra --set overrides)
 BACKBONES = {
     "rssm": ("RSSM-TBTT", 50, []),
@@ -82,46 +99,156 @@ def budget(backbone: str, frames: int, warmup: int = WARMUP) -> tuple[int, int]:
     return updates, FRAMES_PER_UPDATE // seq_len
 
 
-def train(workdir: Path, data: Path, backbone: str, frames: int, warmup: int = WARMUP) -> Path:
+def updates_done(checkpoint: Path) -> int:
+    from wmzoo.train.checkpoint import checkpoint_header
+
+    return int(checkpoint_header(checkpoint)["progress"]["updates"])
+
+
+def train(workdir: Path, data: Path, backbone: str, frames: int, warmup: int = WARMUP, name: str | None = None) -> Path:
+    """Train ``backbone`` (in ``workdir / name``, default its name) to ``frames`` training frames:
+    a new run, or ``--resume`` of one that has trained fewer."""
     _, seq_len, extra = BACKBONES[backbone]
-    logdir = workdir / backbone
+    logdir = workdir / (name or backbone)
     checkpoint = logdir / "checkpoint.safetensors"
+    updates, batch = budget(backbone, frames, warmup)
     if not checkpoint.is_file():
-        updates, batch = budget(backbone, frames, warmup)
         sets = [*COMMON, f"model.seq_len={seq_len}", f"model.batch_size={batch}", f"model.optim.warmup={warmup}",
                 f"train.checkpoint_every={max(1, updates // 10)}", *extra]
         wmzoo("run", "--offline", str(data), "--backbone", backbone, "--preset", "small", "--seed", "0",
               "--steps", str(updates), "--logdir", str(logdir), "--no-progress",
               *[a for s in sets for a in ("--set", s)])
+    elif updates_done(checkpoint) < updates:
+        wmzoo("run", "--resume", "--logdir", str(logdir), "--steps", str(updates), "--no-progress")
     return checkpoint
 
 
-def evaluate(checkpoint: Path, data: Path) -> dict:
-    out = checkpoint.parent / "evaluate"
-    result = out / "reward.json"
+def evaluate(checkpoint: Path, data: Path, protocol: str = "reward", out: Path | None = None,
+             episodes: int | None = None) -> dict:
+    out = out or checkpoint.parent / "evaluate"
+    result = out / f"{protocol}.json"
     if not result.is_file():
-        wmzoo("evaluate", "--checkpoint", str(checkpoint), "--protocol", "reward", "--data", str(data),
-              "--split", "test", "--out", str(out))
+        wmzoo("evaluate", "--checkpoint", str(checkpoint), "--protocol", protocol, "--data", str(data),
+              "--split", "test", "--out", str(out), *(["--episodes", str(episodes)] if episodes else []))
     return json.loads(result.read_text())
 
 
-def report(results: dict[str, dict], frames: int, out: Path) -> None:
-    nan = float("nan")  # a result written before the step form was reported
+def gate(checkpoint: Path, data: Path) -> dict:
+    """The gate's readings of a run at the gate (evaluated once, in ``<run>/gate``)."""
+    out = checkpoint.parent / "gate"
+    seen = evaluate(checkpoint, data, "imagination", out, GATE_EPISODES)
+    reward = evaluate(checkpoint, data, "reward", out)
+    keys = ("recon_mse", "mean_frame_mse", "gen_mse", "latent_perplexity", "latent_classes")
+    result = {**{k: seen.get(k) for k in keys}, **{k: v for k, v in reward.items() if "accuracy" in k or "auc" in k},
+              "updates": updates_done(checkpoint)}
+    result["sees"] = result["recon_mse"] < result["mean_frame_mse"] / 2
+    result["uses_latent"] = (result["latent_perplexity"] or 0) >= MIN_PERPLEXITY
+    return result
+
+
+def relabel(source: Path, target: Path) -> Path:
+    """The memoryless control's dataset: ``source``'s episodes with the ending transition's reward
+    1 when its move is *up* and 0 otherwise (every other reward stays 0), written as a dataset of
+    its own (same splits, checksums, manifest naming its source). Reused when complete."""
+    from wmzoo.data.dataset import Manifest, sha256
+    from wmzoo.data.generate import write_episode_file
+
+    if (target / "manifest.json").is_file() and Manifest.read(target).complete:
+        return target
+    manifest = Manifest.read(source)
+    files = {}
+    for index, entry in sorted(manifest.files.items()):
+        path = source / entry.file
+        if sha256(path) != entry.sha256:
+            fail(f"{path}: its checksum differs from {source}/manifest.json; regenerate the dataset")
+        with np.load(path) as episode:
+            data = {k: episode[k] for k in episode.files}
+        ending = len(data["reward"]) - 2  # the last transition leaves the second-to-last row
+        data["reward"] = np.zeros_like(data["reward"])
+        data["reward"][ending] = float(data["action"][ending] == UP)
+        files[index] = write_episode_file(target, manifest.args, index, data)
+    control = Manifest(manifest.args, manifest.policy, manifest.env_info, manifest.context_length,
+                       manifest.query_length, files, {"relabelled_from": str(source.resolve()),
+                                                      "reward": "the ending transition's: 1 when its move is up"})
+    control.write(target)
+    return target
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _auc(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def gate_table(gates: dict[str, dict]) -> list[str]:
+    lines = [
+        "| backbone | updates | Recon. MSE | mean-frame MSE | sees (< ½ mean frame) | class perplexity (of 32) "
+        "| uses its latent (≥ 4) | inference / imagination acc. | inference / imagination AUC |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backbone, g in gates.items():
+        lines.append(
+            f"| {BACKBONES[backbone][0]} | {g['updates']} | {g['recon_mse']:.2f} | {g['mean_frame_mse']:.2f} "
+            f"| {'yes' if g['sees'] else 'no'} | {g['latent_perplexity']:.2f} | {'yes' if g['uses_latent'] else 'no'} "
+            f"| {_pct(g.get('inference_accuracy'))} / {_pct(g.get('imagination_accuracy'))} "
+            f"| {_auc(g.get('inference_auc'))} / {_auc(g.get('imagination_auc'))} |"
+        )
+    return lines
+
+
+def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> list[str]:
     lines = [
         "| backbone | training frames | updates × batch × length | inference acc. | imagination acc. "
-        "| step form: inference / imagination | paper (inference / imagination) |",
-        "|---|---|---|---|---|---|---|",
+        "| inference / imagination AUC | step form: inference / imagination acc."
+        + (" | paper (inference / imagination) |" if paper else " |"),
+        "|---|---|---|---|---|---|---|" + ("---|" if paper else ""),
     ]
     for backbone, r in results.items():
         label, seq_len, _ = BACKBONES[backbone]
-        paper = PAPER[label]
         updates, batch = budget(backbone, frames, 0)
-        lines.append(
-            f"| {label} | {updates * FRAMES_PER_UPDATE:,} | {updates} × {batch} × {seq_len} "
-            f"| {100 * r['inference_accuracy']:.1f} % | {100 * r['imagination_accuracy']:.1f} % "
-            f"| {100 * r.get('step_inference_accuracy', nan):.1f} % / {100 * r.get('step_imagination_accuracy', nan):.1f} % "
-            f"| {paper[0]:.1f} % / {paper[1]:.1f} % |"
-        )
+        row = (f"| {label} | {updates * FRAMES_PER_UPDATE:,} | {updates} × {batch} × {seq_len} "
+               f"| {_pct(r['inference_accuracy'])} | {_pct(r['imagination_accuracy'])} "
+               f"| {_auc(r.get('inference_auc'))} / {_auc(r.get('imagination_auc'))} "
+               f"| {_pct(r.get('step_inference_accuracy'))} / {_pct(r.get('step_imagination_accuracy'))} |")
+        if paper:
+            row += f" {PAPER[label][0]:.1f} % / {PAPER[label][1]:.1f} % |"
+        lines.append(row)
+    return lines
+
+
+def curves(workdir: Path, out: Path) -> list[Path]:
+    """Learning curves of every run in ``workdir`` (reconstruction and reward loss by training
+    frames), one plot per loss."""
+    from wmzoo.eval.plots import curves_plot
+    from wmzoo.study.report import scalars
+
+    plots = []
+    logged = {BACKBONES[b][0]: scalars(workdir / b / "tb") for b in BACKBONES}
+    for tag, what in (("recon", "reconstruction loss"), ("reward", "reward loss")):
+        series = {}
+        for label, tags in logged.items():
+            points = tags.get(tag, [])
+            if points:
+                steps, values = zip(*points)
+                series[label] = (np.asarray(steps) * FRAMES_PER_UPDATE, np.asarray(values), None, None)
+        if series:
+            path = out / f"distracting_memory_100_{tag}_curve.png"
+            curves_plot(path, series, "training frames", what, f"Distracting Memory 100: {what}")
+            plots.append(path)
+    return plots
+
+
+def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, dict] | None = None,
+           control: dict[str, dict] | None = None, gate_frames: int = GATE_FRAMES) -> None:
+    lines = reward_table(results, frames)
+    if gates:
+        lines += ["", f"The gate, at {gate_frames:,} training frames (test split; imagination protocol on "
+                  f"{GATE_EPISODES} episodes):", "", *gate_table(gates)]
+    if control:
+        lines += ["", f"The memoryless control (the ending's reward relabelled to the last move: 1 when it is up), "
+                  f"{gate_frames:,} training frames:", "", *reward_table(control, gate_frames, paper=False)]
     (out / "distracting_memory_100.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -151,23 +278,51 @@ def report(results: dict[str, dict], frames: int, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("runs/dm100"))
-    parser.add_argument("--episodes", type=int, default=1000, help="episodes generated (8/1/1 split)")
-    parser.add_argument("--frames", type=int, default=120_000, help="training frames per backbone")
+    parser.add_argument("--episodes", type=int, default=2400, help="episodes generated (2,000 / 200 / 200)")
+    parser.add_argument("--frames", type=int, default=2_000_000, help="training frames per backbone")
+    parser.add_argument("--gate-frames", type=int, default=GATE_FRAMES, help="training frames at the gate (0: no gate)")
+    parser.add_argument("--past-gate", action="store_true", help="train on to --frames even when a run fails the gate")
+    parser.add_argument("--control", action="store_true", help="also train the memoryless control (to the gate)")
     parser.add_argument("--warmup", type=int, default=WARMUP, help="learning-rate warm-up (updates), every backbone")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     for backbone in BACKBONES:  # refuse a budget inside the warm-up before any work
         budget(backbone, args.frames, args.warmup)
+        if args.gate_frames:
+            budget(backbone, args.gate_frames, args.warmup)
+    if args.gate_frames > args.frames:
+        fail(f"--gate-frames {args.gate_frames} is beyond --frames {args.frames}")
     data = args.workdir / "data"
     if not (data / "manifest.json").is_file():
+        share = 200 / args.episodes
         wmzoo("data", "generate", "--env", ENV, "--episodes", str(args.episodes), "--out", str(data),
-              "--size", "40", "--seed", "0")
+              "--size", "40", "--seed", "0", "--split", f"{1 - 2 * share:.4f},{share:.4f},{share:.4f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    gates: dict[str, dict] = {}
+    if args.gate_frames:
+        for backbone in BACKBONES:
+            gates[backbone] = gate(train(args.workdir, data, backbone, args.gate_frames, args.warmup), data)
+        (args.out / "distracting_memory_100_gate.json").write_text(json.dumps(gates, indent=1) + "\n")
+        print("\n".join(gate_table(gates)))
+    control: dict[str, dict] = {}
+    if args.control:
+        control_data = relabel(data, args.workdir / "control-data")
+        for backbone in BACKBONES:
+            checkpoint = train(args.workdir, control_data, backbone, args.gate_frames or args.frames, args.warmup,
+                               name=f"control-{backbone}")
+            control[backbone] = evaluate(checkpoint, control_data)
+        (args.out / "distracting_memory_100_control.json").write_text(json.dumps(control, indent=1) + "\n")
+    failed = [BACKBONES[b][0] for b, g in gates.items() if not (g["sees"] and g["uses_latent"])]
+    if failed and not args.past_gate:
+        print(f"distracting_memory.py: {', '.join(failed)} failed the gate at {args.gate_frames:,} frames "
+              "(table above); fix the learning before spending the budget, or pass --past-gate", file=sys.stderr)
+        sys.exit(1)
     results = {}
     for backbone in BACKBONES:
         checkpoint = train(args.workdir, data, backbone, args.frames, args.warmup)
         results[backbone] = evaluate(checkpoint, data)
-    args.out.mkdir(parents=True, exist_ok=True)
-    report(results, args.frames, args.out)
+    report(results, args.frames, args.out, gates, control, args.gate_frames)
+    curves(args.workdir, args.out)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "distracting_memory.py"
@@ -55,3 +56,43 @@ def test_a_budget_inside_the_warmup_is_refused_in_one_line(bench, monkeypatch, t
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
     assert "--frames 40000 gives 80 updates of 500 rows, inside twice the 50-update warm-up" in err
+
+
+def test_the_memoryless_control_rewards_the_last_move_only(bench, tmp_path):
+    """Catches: the relabelled reward put on the final row (which has no action) instead of the
+    ending transition, another move than *up* rewarded, the source's memory reward left in place,
+    a control dataset whose checksums do not verify."""
+    from wmzoo.cli import main as wmzoo_main
+    from wmzoo.data.dataset import iter_episodes
+
+    source = tmp_path / "data"
+    assert wmzoo_main(["data", "generate", "--env", "distracting-memory-100", "--episodes", "12", "--size", "40",
+                       "--out", str(source), "--split", "0.5,0.25,0.25"]) == 0
+    control = bench.relabel(source, tmp_path / "control")
+    pairs = list(zip(iter_episodes(source, "train"), iter_episodes(control, "train"), strict=True))
+    assert len(pairs) == 6
+    ups = 0
+    for original, episode in pairs:
+        np.testing.assert_array_equal(original["obs"], episode["obs"])
+        np.testing.assert_array_equal(original["action"], episode["action"])
+        ending = len(episode["reward"]) - 2
+        assert episode["action"][ending] in (1, bench.UP)  # the last move: down or up onto a square
+        expected = np.zeros_like(episode["reward"])
+        expected[ending] = float(episode["action"][ending] == bench.UP)
+        np.testing.assert_array_equal(episode["reward"], expected)
+        ups += int(expected[ending])
+    assert 0 < ups < 6
+    assert bench.relabel(source, tmp_path / "control") == control  # complete: reused
+
+
+def test_a_run_below_its_budget_resumes_to_it(bench, monkeypatch, tmp_path):
+    """Catches: a finished gate run retrained from scratch (or left at the gate) when the budget grows."""
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(bench, "wmzoo", lambda *args: calls.append(args))
+    (tmp_path / "rssm").mkdir()
+    (tmp_path / "rssm" / "checkpoint.safetensors").write_bytes(b"")
+    monkeypatch.setattr(bench, "updates_done", lambda checkpoint: 1000)
+    bench.train(tmp_path, tmp_path / "data", "rssm", 500_000)
+    assert calls == []
+    bench.train(tmp_path, tmp_path / "data", "rssm", 2_000_000)
+    assert calls == [("run", "--resume", "--logdir", str(tmp_path / "rssm"), "--steps", "4000", "--no-progress")]
