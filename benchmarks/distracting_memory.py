@@ -22,7 +22,8 @@ Steps, each through the CLI a user would run (so the report tests the library as
    to depend on the last move only (1 when it is *up*, :func:`relabel`), the same budget up to the
    gate: a backbone that cannot learn this cannot be asked about memory;
 5. the runs resume to ``--frames``; ``wmzoo evaluate --protocol reward --split test`` on each
-   (training form, the step form beside it; accuracies and the threshold-free reward AUC);
+   (training form, the step form beside it; accuracies and the threshold-free reward AUC) and a
+   linear probe of the cue's colour from the state after the last context row (:func:`cue_probe`);
 6. the report: a markdown table and a bar plot of both accuracies beside the paper's numbers, the
    gate's and the control's tables, learning curves (reconstruction and reward loss by frames).
 
@@ -146,6 +147,84 @@ def gate(checkpoint: Path, data: Path) -> dict:
     return result
 
 
+def cue_labels(data: Path, split: str) -> tuple[list[Path], np.ndarray]:
+    """The split's episode files (by index) and each one's cue colour, read from the env reset
+    with the episode's seed (``wmzoo data generate``: episode ``i`` is reset with ``seed + i``;
+    the reset frame is checked against the file's first row)."""
+    from wmzoo.data.dataset import Manifest
+    from wmzoo.registry import make_env
+
+    manifest = Manifest.read(data)
+    env = make_env(ENV, size=manifest.args.size)
+    files, labels = [], []
+    for index, entry in sorted(manifest.files.items()):
+        if entry.split != split:
+            continue
+        obs, _ = env.reset(seed=manifest.args.seed + index)
+        with np.load(data / entry.file) as episode:
+            if not np.array_equal(obs, episode["obs"][0]):
+                fail(f"{data / entry.file}: its first frame is not the env's reset with seed "
+                     f"{manifest.args.seed + index}; the cue probe cannot label it")
+        files.append(data / entry.file)
+        labels.append(env.unwrapped.cue)
+    colours = sorted(set(labels))
+    return files, np.asarray([colours.index(c) for c in labels])
+
+
+def cue_probe(checkpoint: Path, data: Path, train_episodes: int = 600, batch: int = 100) -> dict:
+    """A linear probe of the cue's colour from the features after the last context row (the
+    training form's filter over rows ``0 .. context - 1``): multinomial logistic regression on
+    standardised features of ``train_episodes`` train episodes (L2 1e-2), accuracy on the test split, beside
+    the majority class's share. Written to ``<run>/evaluate/cue_probe.json``."""
+    import torch
+
+    from wmzoo.eval.rollout import load_agent
+    from wmzoo.interfaces import Batch
+
+    result_path = checkpoint.parent / "evaluate" / "cue_probe.json"
+    if result_path.is_file():
+        return json.loads(result_path.read_text())
+    wm = load_agent(checkpoint).world_model.eval()
+    context = EPISODE_ROWS - 51
+
+    def features(files: list[Path]) -> torch.Tensor:
+        out = []
+        for i in range(0, len(files), batch):
+            rows = [dict(np.load(f)) for f in files[i : i + batch]]
+            fields = {k: torch.as_tensor(np.stack([r[k][:context] for r in rows])) for k in ("obs", "action", "reward", "terminal", "is_first")}
+            with torch.no_grad():
+                state = wm.observe_sequence(Batch(**fields)).state
+                out.append(wm.features(state).flatten(1).float())
+        return torch.cat(out)
+
+    train_files, train_y = cue_labels(data, "train")
+    test_files, test_y = cue_labels(data, "test")
+    x_train, x_test = features(train_files[:train_episodes]), features(test_files)
+    y_train, y_test = torch.as_tensor(train_y[:train_episodes]), torch.as_tensor(test_y)
+    mean, std = x_train.mean(0), x_train.std(0).clamp(min=1e-6)
+    x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(x_train.shape[1], int(max(train_y.max(), test_y.max())) + 1)
+    optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=300, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(probe(x_train), y_train) + 1e-2 * probe.weight.square().sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        accuracy = float((probe(x_test).argmax(-1) == y_test).float().mean())
+        train_accuracy = float((probe(x_train).argmax(-1) == y_train).float().mean())
+    result = {"cue_probe_accuracy": accuracy, "cue_probe_train_accuracy": train_accuracy,
+              "majority_share": float(np.bincount(test_y).max() / len(test_y)),
+              "train_episodes": len(y_train), "test_episodes": len(y_test), "context_rows": context}
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
 def relabel(source: Path, target: Path) -> Path:
     """The memoryless control's dataset: ``source``'s episodes with the ending transition's reward
     1 when its move is *up* and 0 otherwise (every other reward stays 0), written as a dataset of
@@ -201,9 +280,9 @@ def gate_table(gates: dict[str, dict]) -> list[str]:
 def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> list[str]:
     lines = [
         "| backbone | training frames | updates × batch × length | inference acc. | imagination acc. "
-        "| inference / imagination AUC | step form: inference / imagination acc."
-        + (" | paper (inference / imagination) |" if paper else " |"),
-        "|---|---|---|---|---|---|---|" + ("---|" if paper else ""),
+        "| inference / imagination AUC | step form: inference / imagination acc. | cue probe (majority) "
+        + ("| paper (inference / imagination) |" if paper else "|"),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if paper else ""),
     ]
     for backbone, r in results.items():
         label, seq_len, _ = BACKBONES[backbone]
@@ -211,7 +290,8 @@ def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> l
         row = (f"| {label} | {updates * FRAMES_PER_UPDATE:,} | {updates} × {batch} × {seq_len} "
                f"| {_pct(r['inference_accuracy'])} | {_pct(r['imagination_accuracy'])} "
                f"| {_auc(r.get('inference_auc'))} / {_auc(r.get('imagination_auc'))} "
-               f"| {_pct(r.get('step_inference_accuracy'))} / {_pct(r.get('step_imagination_accuracy'))} |")
+               f"| {_pct(r.get('step_inference_accuracy'))} / {_pct(r.get('step_imagination_accuracy'))} "
+               f"| {_pct(r.get('cue_probe_accuracy'))} ({_pct(r.get('majority_share'))}) |")
         if paper:
             row += f" {PAPER[label][0]:.1f} % / {PAPER[label][1]:.1f} % |"
         lines.append(row)
@@ -320,7 +400,7 @@ def main() -> None:
     results = {}
     for backbone in BACKBONES:
         checkpoint = train(args.workdir, data, backbone, args.frames, args.warmup)
-        results[backbone] = evaluate(checkpoint, data)
+        results[backbone] = {**evaluate(checkpoint, data), **cue_probe(checkpoint, data)}
     report(results, args.frames, args.out, gates, control, args.gate_frames)
     curves(args.workdir, args.out)
 
