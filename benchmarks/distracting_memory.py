@@ -16,7 +16,7 @@ Steps, each through the CLI a user would run (so the report tests the library as
    imagination`` and ``reward`` on the test split) before it trains on; it passes when it
    reconstructs better than half the mean-frame baseline (``recon_mse < mean_frame_mse / 2``) and
    uses its latent classes (``latent_perplexity >=`` :data:`MIN_PERPLEXITY`: the first runs'
-   posteriors had collapsed to 1–3 of 32). If one fails the script stops there (exit 1) with the
+   posteriors had collapsed to 1–3 classes). If one fails the script stops there (exit 1) with the
    gate's table: fix the learning before spending the budget (``--past-gate`` goes on anyway);
 4. **the memoryless control** (``--control``): the same data with the ending's reward relabelled
    to depend on the last move only (1 when it is *up*, :func:`relabel`), the same budget up to the
@@ -55,7 +55,7 @@ EPISODE_ROWS = 250  # 199 context + 51 query observations
 FRAMES_PER_UPDATE = 500  # rows every update trains on, for every backbone
 WARMUP = 50  # learning-rate warm-up in updates, the same for every backbone
 GATE_FRAMES = 500_000  # the gate: each run must have learnt to see by here
-MIN_PERPLEXITY = 4.0  # classes per latent group the gate asks a model to use (of its 32)
+MIN_PERPLEXITY = 4.0  # classes per latent group the gate asks a model to use (small: of 16)
 UP = 3  # the actions are right, down, left, up (MiniGrid's directions)
 GATE_EPISODES = 100  # test episodes the gate's imagination protocol decodes
 # backbone -> (label, training segment length, extra --set overrides)
@@ -229,7 +229,7 @@ def relabel(source: Path, target: Path) -> Path:
     """The memoryless control's dataset: ``source``'s episodes with the ending transition's reward
     1 when its move is *up* and 0 otherwise (every other reward stays 0), written as a dataset of
     its own (same splits, checksums, manifest naming its source). Reused when complete."""
-    from wmzoo.data.dataset import Manifest, sha256
+    from wmzoo.data.dataset import Manifest, sha256, write_env_info
     from wmzoo.data.generate import write_episode_file
 
     if (target / "manifest.json").is_file() and Manifest.read(target).complete:
@@ -249,6 +249,8 @@ def relabel(source: Path, target: Path) -> Path:
     control = Manifest(manifest.args, manifest.policy, manifest.env_info, manifest.context_length,
                        manifest.query_length, files, {"relabelled_from": str(source.resolve()),
                                                       "reward": "the ending transition's: 1 when its move is up"})
+    for split in manifest.counts:
+        write_env_info(target / split, manifest.env_info)
     control.write(target)
     return target
 
@@ -263,14 +265,14 @@ def _auc(value: float | None) -> str:
 
 def gate_table(gates: dict[str, dict]) -> list[str]:
     lines = [
-        "| backbone | updates | Recon. MSE | mean-frame MSE | sees (< ½ mean frame) | class perplexity (of 32) "
+        "| backbone | updates | Recon. MSE | mean-frame MSE | sees (< ½ mean frame) | class perplexity "
         "| uses its latent (≥ 4) | inference / imagination acc. | inference / imagination AUC |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, g in gates.items():
         lines.append(
             f"| {BACKBONES[backbone][0]} | {g['updates']} | {g['recon_mse']:.2f} | {g['mean_frame_mse']:.2f} "
-            f"| {'yes' if g['sees'] else 'no'} | {g['latent_perplexity']:.2f} | {'yes' if g['uses_latent'] else 'no'} "
+            f"| {'yes' if g['sees'] else 'no'} | {g['latent_perplexity']:.2f} of {g['latent_classes']} | {'yes' if g['uses_latent'] else 'no'} "
             f"| {_pct(g.get('inference_accuracy'))} / {_pct(g.get('imagination_accuracy'))} "
             f"| {_auc(g.get('inference_auc'))} / {_auc(g.get('imagination_auc'))} |"
         )
@@ -318,6 +320,17 @@ def curves(workdir: Path, out: Path) -> list[Path]:
             curves_plot(path, series, "training frames", what, f"Distracting Memory 100: {what}")
             plots.append(path)
     return plots
+
+
+def stopped(gates: dict[str, dict], control: dict[str, dict], gate_frames: int, out: Path) -> None:
+    """The report of a run stopped at the gate: its table and the control's."""
+    lines = [f"Stopped at the gate, {gate_frames:,} training frames (test split; imagination protocol on "
+             f"{GATE_EPISODES} episodes): a run failed it, so the budget was not spent.", "", *gate_table(gates)]
+    if control:
+        lines += ["", "The memoryless control (the ending's reward relabelled to the last move: 1 when it is up), "
+                  f"{gate_frames:,} training frames:", "", *reward_table(control, gate_frames, paper=False)]
+    (out / "distracting_memory_100_gate.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, dict] | None = None,
@@ -394,6 +407,8 @@ def main() -> None:
         (args.out / "distracting_memory_100_control.json").write_text(json.dumps(control, indent=1) + "\n")
     failed = [BACKBONES[b][0] for b, g in gates.items() if not (g["sees"] and g["uses_latent"])]
     if failed and not args.past_gate:
+        stopped(gates, control, args.gate_frames, args.out)
+        curves(args.workdir, args.out)
         print(f"distracting_memory.py: {', '.join(failed)} failed the gate at {args.gate_frames:,} frames "
               "(table above); fix the learning before spending the budget, or pass --past-gate", file=sys.stderr)
         sys.exit(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from wmzoo.cli import main
@@ -96,14 +97,20 @@ def test_interrupted_offline_run_saves_the_world_model_so_far(capsys, tmp_path, 
     assert all(torch.equal(restored[k], trained[k]) for k in trained)
 
 
-def test_an_offline_run_takes_the_recorded_env(capsys, tmp_path):
+@pytest.mark.parametrize("env_json", [True, False])
+def test_an_offline_run_takes_the_recorded_env(capsys, tmp_path, env_json):
     """Without --env, the run's spec names the env the dataset was recorded in, so `wmzoo eval`
-    and `wmzoo imagine` on its checkpoint use that env, not the CLI's default."""
+    and `wmzoo imagine` on its checkpoint use that env, not the CLI's default. Catches (without
+    ``env.json``, e.g. a dataset written by a script): the manifest's env ignored and the model
+    silently built for the CLI's default env (a relabelled Distracting Memory dataset trained a
+    7-action MiniGrid model)."""
     import yaml
 
     data = tmp_path / "data"
     assert main(["data", "generate", "--env", "minigrid-empty-6x6", "--episodes", "2", "--split", "1,0,0",
                  "--out", str(data)]) == 0
+    if not env_json:
+        (data / "train" / "env.json").unlink()
     logdir = tmp_path / "offline"
     assert main(["run", "--offline", str(data), "--logdir", str(logdir), "--steps", "1", "--no-progress"]) == 0
     assert yaml.safe_load((logdir / "run.yaml").read_text())["env"] == "minigrid-empty-6x6"

@@ -160,9 +160,13 @@ def write_env_info(directory: Path, info: EnvInfo) -> None:
 
 def recorded_env_info(data: str | Path) -> EnvInfo | None:
     """The env of recorded episodes (``env.json`` of a dataset's train split or of a run's
-    replay folder), or ``None`` when the recorder wrote none."""
+    replay folder; else the manifest's ``env_info`` of the dataset that folder belongs to), or
+    ``None`` when the recorder wrote neither."""
     meta = training_dir(data) / ENV_INFO
     if not meta.is_file():
+        for root in (Path(data), training_dir(data).parent):  # a dataset root, or one of its splits
+            if (root / MANIFEST).is_file():
+                return Manifest.read(root).env_info
         return None
     try:
         info = EnvInfo.from_dict(json.loads(meta.read_text()))
