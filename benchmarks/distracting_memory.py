@@ -345,27 +345,22 @@ def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, di
     (out / "distracting_memory_100.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
-    import matplotlib
+    from wmzoo.eval.plots import interval_plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    rows = []
+    for backbone, r in results.items():
+        label = BACKBONES[backbone][0]
+        for k, name in enumerate(("inference", "imagination")):
+            rows.append((f"{label} {name}", *wilson(r[f"{name}_accuracy"], r["scored_transitions"])))
+            rows.append((f"{label} {name}, paper", PAPER[label][k], PAPER[label][k], PAPER[label][k]))
+    interval_plot(out / "distracting_memory_100.png", rows, "reward prediction accuracy (%), 95 % Wilson interval")
 
-    labels = [BACKBONES[b][0] for b in results]
-    x = range(len(labels))
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    w = 0.2
-    ax.bar([i - 1.5 * w for i in x], [100 * r["inference_accuracy"] for r in results.values()], w, label="inference (ours)")
-    ax.bar([i - 0.5 * w for i in x], [100 * r["imagination_accuracy"] for r in results.values()], w, label="imagination (ours)")
-    ax.bar([i + 0.5 * w for i in x], [PAPER[lab][0] for lab in labels], w, label="inference (paper)", alpha=0.4)
-    ax.bar([i + 1.5 * w for i in x], [PAPER[lab][1] for lab in labels], w, label="imagination (paper)", alpha=0.4)
-    ax.axhline(50, color="gray", lw=0.8, ls="--")
-    ax.set_xticks(list(x), labels)
-    ax.set_ylabel("reward prediction accuracy (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("Distracting Memory, width 100 (test split)")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "distracting_memory_100.png", dpi=120)
+
+def wilson(accuracy: float, n: int, z: float = 1.96) -> tuple[float, float, float]:
+    """``(accuracy, low, high)`` in %: the Wilson score interval of an accuracy over ``n`` scored transitions."""
+    centre = (accuracy + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return 100 * accuracy, 100 * (centre - half), 100 * (centre + half)
 
 
 def main() -> None:
