@@ -639,8 +639,11 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from wmzoo.device import resolve_device
     from wmzoo.eval.memory import evaluate_memory
 
+    if args.device is not None:
+        resolve_device(args.device, "--device")  # before the dataset is read
     if args.episodes is not None and args.episodes < 1:
         raise WmzooError("--episodes must be at least 1")
     if args.context is not None and args.context < 1:

@@ -26,10 +26,11 @@ from wmzoo.train.checkpoint import load_checkpoint
 def load_agent(checkpoint: str | Path, device: str | None = None) -> Agent:
     """Rebuild the agent of a checkpoint (spec, env shapes, weights) without pickle, on ``device``
     (``--device``: cpu, cuda, auto, ...; ``None``: the device the run trained on)."""
+    if device is not None:
+        resolve_device(device, "--device")  # before anything is read
     tree = load_checkpoint(checkpoint)
     run = load_run(tree["run"], f"checkpoint {checkpoint}")
     if device is not None:
-        resolve_device(device, "--device")
         run = run.model_copy(update={"train": run.train.model_copy(update={"device": device})})
     info = EnvInfo.from_dict(tree["env"])
     torch.manual_seed(run.seed)
