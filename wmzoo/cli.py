@@ -374,13 +374,14 @@ def _check_parallel(run: RunSpec, nproc: int, logdir: Path, resume: bool) -> Non
     import torch
 
     from wmzoo import distributed
+    from wmzoo.device import device_name
     from wmzoo.train.checkpoint import load_checkpoint
     from wmzoo.train.rundir import CHECKPOINT, check_world_size
 
     device = run.train.device
     if nproc > 1:
         try:
-            kind = torch.device(device)
+            kind = torch.device(device_name(device))  # auto: cuda where there is a GPU
         except (RuntimeError, ValueError):
             kind = None  # the Agent names a bad device
         if kind is not None and (kind.type not in ("cpu", "cuda") or kind.index is not None):
