@@ -78,3 +78,24 @@ def test_bf16_acting_returns_float32_free_actions():
     obs = np.zeros((2, *SYNTHETIC_ENV.obs_shape), np.uint8)
     action = agent.act(obs, np.array([True, True]))
     assert action.shape == (2,) and action.dtype == np.int64
+
+
+def test_imagination_casts_each_weight_once_not_per_step():
+    # Catches: an autocast region per imagined step (or per call) in place of one per imagination,
+    # which casts every world-model weight to bf16 again at every step.
+    from torch.profiler import ProfilerActivity, profile
+
+    agent = _agent("rssm", "bf16")
+    out = agent.train_world_model(synthetic_batch(SYNTHETIC_ENV, 2, 4, agent.device))
+    own = {tuple(p.shape) for p in agent.world_model.parameters() if p.dim() >= 2}
+    own -= {tuple(p.shape) for p in agent.policy.parameters()}
+
+    def weight_casts(horizon: int) -> int:
+        agent.policy.spec = agent.policy.spec.model_copy(update={"horizon": horizon})
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            agent.train_policy(out)
+        return sum(e.name == "aten::_to_copy" and tuple(e.input_shapes[0] if e.input_shapes else ()) in own
+                   for e in prof.events())
+
+    short, long = weight_casts(2), weight_casts(6)
+    assert 0 < short == long
