@@ -70,7 +70,7 @@ def test_a_bf16_update_is_close_to_fp32_and_keeps_float32_weights(backbone):
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.world_model.parameters()))
 
 
-def test_bf16_acting_returns_float32_free_actions():
+def test_bf16_acting_returns_numpy_actions():
     # Catches: acting under autocast handing numpy a bfloat16 tensor (numpy has no bfloat16).
     import numpy as np
 
