@@ -42,6 +42,9 @@ EPILOG = """examples:
 """
 
 
+DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto (cuda where there is a GPU); default: where it trained"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2), like every other wmzoo error."""
 
@@ -79,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train the world model and an imitation policy together on the demonstrations "
                    "of the dataset DIR (wmzoo data generate; TokenWM's eq. 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--device", help="cpu, cuda, cuda:N, mps or auto (cuda where there is a GPU); same as "
+                   "--set train.device=D (default: cpu)")
+    p.add_argument("--precision", choices=("fp32", "bf16"),
+                   help="bf16: mixed precision (autocast); same as --set train.precision=P (default: fp32)")
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the world model's loss and imagination step (--set train.compile=true)")
     p.add_argument("--nproc", type=int, metavar="N",
                    help="data-parallel on N processes (launches torchrun; gloo on CPU, NCCL on GPU): each "
                    "collects into its own replay, gradients are averaged, global batch = N x model.batch_size")
@@ -95,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random", action="store_true",
                    help="also evaluate a uniformly random policy on the same env and seeds, reported beside")
     p.add_argument("--json", dest="json_path", help="also write the results as JSON here")
+    p.add_argument("--device", help=DEVICE_HELP)
 
     p = sub.add_parser("imagine", help="real frames beside imagined ones from the same start and actions")
     p.add_argument("--checkpoint", required=True)
@@ -102,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=8, help="real frames observed before imagining")
     p.add_argument("--horizon", type=int, default=32, help="imagined frames")
     p.add_argument("--seed", type=int, default=20_000)
+    p.add_argument("--device", help=DEVICE_HELP)
 
     p = sub.add_parser("bench", help="time world-model training or imagination, or env stepping, side by side")
     p.add_argument("--backbones", help="NAME[:PRESET],... e.g. rssm:paper,s4wm:paper (train, imagine)")
@@ -117,7 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "the env to time (env)")
     p.add_argument("--envs", type=int, default=2, help="env: environments stepped together")
     p.add_argument("--steps", type=int, default=500, help="env: timed steps of every environment")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP.replace("where it trained", "cpu"))
+    p.add_argument("--precision", default="fp32", metavar="P[,P]",
+                   help="fp32, bf16 (mixed precision: autocast), or both side by side: fp32,bf16")
+    p.add_argument("--compile", action="store_true",
+                   help="also time every backbone with its loss and imagination step torch.compile'd, beside eager")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field of every backbone timed, as wmzoo run --set: model.deter=512 "
+                   "(or deter=512), policy.horizon=10")
+    p.add_argument("--no-components", action="store_true",
+                   help="train: skip timing each part (tokenizer, world model, start states, policy) apart")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--decode", action="store_true", help="imagine: also decode every imagined frame")
     p.add_argument("--json", dest="json_path", help="write the records as JSON here")
@@ -171,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the JSON (and plot); default: next to the checkpoint")
     p.add_argument("--context", type=int, metavar="N",
                    help="observed frames per episode where the dataset has no context phase (a non-memory env)")
+    p.add_argument("--device", help=DEVICE_HELP)
 
     p = sub.add_parser("study", help="comparison studies: backbones x environments x seeds, and their report")
     study_sub = p.add_subparsers(dest="study_command", required=True)
@@ -269,12 +290,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from wmzoo import distributed
     from wmzoo.config import check_fits_in_memory, run_spec
+    from wmzoo.device import resolve_device
     from wmzoo.train.imitation import train_imitation
     from wmzoo.train.loop import train_offline, train_online
 
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"train.steps={args.steps}")
+    if args.device is not None:
+        resolve_device(args.device, "--device")
+        overrides.append(f"train.device={args.device}")
+    if args.precision is not None:
+        overrides.append(f"train.precision={args.precision}")
+    if args.compile:
+        overrides.append("train.compile=true")
     if args.offline and args.imitation:
         raise WmzooError("--offline trains a world model alone, --imitation a world model and a policy: pass one")
     quiet = not args.no_progress
@@ -345,13 +374,14 @@ def _check_parallel(run: RunSpec, nproc: int, logdir: Path, resume: bool) -> Non
     import torch
 
     from wmzoo import distributed
+    from wmzoo.device import device_name
     from wmzoo.train.checkpoint import load_checkpoint
     from wmzoo.train.rundir import CHECKPOINT, check_world_size
 
     device = run.train.device
     if nproc > 1:
         try:
-            kind = torch.device(device)
+            kind = torch.device(device_name(device))  # auto: cuda where there is a GPU
         except (RuntimeError, ValueError):
             kind = None  # the Agent names a bad device
         if kind is not None and (kind.type not in ("cpu", "cuda") or kind.index is not None):
@@ -445,7 +475,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise WmzooError("--episodes and --max-steps must be at least 1")
     if args.temperature is not None and not args.temperature > 0:
         raise WmzooError(f"--temperature {args.temperature}: must be positive (1: the policy's own distribution)")
-    agent = load_agent(args.checkpoint)
+    agent = load_agent(args.checkpoint, args.device)
     sample = args.sample or args.temperature is not None
     temperature = 1.0 if args.temperature is None else args.temperature
     results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=sample, temperature=temperature)
@@ -491,7 +521,7 @@ def cmd_imagine(args: argparse.Namespace) -> int:
         raise WmzooError(f"--out {args.out}: the file must end in .gif or .png")
     if args.context < 1 or args.horizon < 1:
         raise WmzooError("--context and --horizon must be at least 1")
-    agent = load_agent(args.checkpoint)
+    agent = load_agent(args.checkpoint, args.device)
     batch = play_episode(agent, args.context + args.horizon, seed=args.seed)
     real, model = imagine_open_loop(agent, batch, args.context)
     path = write_rollout(args.out, real, model, args.context)
@@ -522,9 +552,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
-        args.iters, args.warmup, args.env, args.device, args.decode,
+        args.iters, args.warmup, args.env, args.device, args.decode, precisions, args.compile,
+        args.overrides, components=not args.no_components,
     )
     print(format_table(records))
     if args.json_path:
@@ -608,15 +640,18 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from wmzoo.device import resolve_device
     from wmzoo.eval.memory import evaluate_memory
 
+    if args.device is not None:
+        resolve_device(args.device, "--device")  # before the dataset is read
     if args.episodes is not None and args.episodes < 1:
         raise WmzooError("--episodes must be at least 1")
     if args.context is not None and args.context < 1:
         raise WmzooError("--context must be at least 1")
     out = Path(args.out) if args.out else Path(args.checkpoint).resolve().parent / "evaluate"
     evaluate_memory(args.checkpoint, args.protocol, args.data, out, split=args.split, episodes=args.episodes,
-                    context=args.context)
+                    context=args.context, device=args.device)
     return 0
 
 

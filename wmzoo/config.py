@@ -203,6 +203,7 @@ def check_fits_in_memory(run: RunSpec) -> None:
 
     import torch
 
+    from wmzoo.device import device_name
     from wmzoo.interfaces import EnvInfo
     from wmzoo.registry import build_policy, build_world_model
 
@@ -217,7 +218,7 @@ def check_fits_in_memory(run: RunSpec) -> None:
     params = sum(p.numel() for module in (world_model, policy) for p in module.parameters())
     need = params * 4 * 4
     try:
-        device = torch.device(run.train.device)
+        device = torch.device(device_name(run.train.device))
     except (RuntimeError, ValueError):  # the agent names a bad device in its own line
         return
     if device.type == "cuda" and torch.cuda.is_available():

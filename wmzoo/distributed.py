@@ -57,7 +57,9 @@ def setup(device: str) -> None:
     otherwise; each rank on GPU ``LOCAL_RANK``. Nothing when not under torchrun."""
     if launched() <= 1 or dist.is_initialized():
         return
-    cuda = torch.device(device).type == "cuda"
+    from wmzoo.device import device_name
+
+    cuda = torch.device(device_name(device)).type == "cuda"
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo")

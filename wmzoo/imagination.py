@@ -91,7 +91,7 @@ def random_actions(env_num_actions: int, discrete: bool, generator: torch.Genera
     def act(features: Tensor, state: State) -> tuple[Tensor, State]:
         batch = features.shape[0]
         if discrete:
-            return torch.randint(env_num_actions, (batch,), generator=generator), state
-        return torch.rand(batch, env_num_actions, generator=generator) * 2 - 1, state
+            return torch.randint(env_num_actions, (batch,), generator=generator).to(features.device), state
+        return (torch.rand(batch, env_num_actions, generator=generator) * 2 - 1).to(features.device), state
 
     return act

@@ -188,14 +188,34 @@ class TrainOutput:
 
     losses: dict[str, Tensor]  # one scalar per component name of WorldModel.components()
     metrics: dict[str, float]  # scalars to log (already detached floats)
-    start: State  # states imagination starts from, batch-flattened [N, ...], detached
-    start_cont: Tensor  # [N] whether each start state is non-terminal (1.0) or terminal (0.0)
+    # states imagination starts from, batch-flattened [N, ...], detached; None while ``starts``
+    # defers them (read them through imagination_start())
+    start: State | None = None
+    start_cont: Tensor | None = None  # [N] whether each start state is non-terminal (1.0) or terminal (0.0)
     carry: State | None = None  # last state of each row, detached, when training is stateful
     burn_in: BurnIn | None = None  # the real context of each start, for recurrent policies
     # [B, T, *F] the features of every step of the batch from this pass, with their gradient (what
     # a policy trained with the world model reads: imitation, ``wmzoo run --imitation``); None:
     # this backbone does not expose them
     features: Tensor | None = None
+    # a backbone whose start states cost real work (IRIS, REM) may defer them: a function of no
+    # argument returning (start, start_cont, burn_in), called (once) only when a policy imagines
+    # from this batch, right after the loss and before the optimizer steps (the same weights)
+    starts: Callable[[], tuple[State, Tensor, BurnIn | None]] | None = None
+
+    def imagination_start(self) -> tuple[State, Tensor, BurnIn | None]:
+        """``(start, start_cont, burn_in)``, built now when the backbone deferred them."""
+        if self.starts is not None:
+            self.start, self.start_cont, self.burn_in = self.starts()
+            self.starts = None
+        if self.start is None or self.start_cont is None:
+            raise ValueError("this TrainOutput holds no imagination start states (neither start nor starts)")
+        return self.start, self.start_cont, self.burn_in
+
+    def discard_starts(self) -> None:
+        """Drop deferred start states unbuilt (no policy imagines from this batch), and the
+        tensors their builder holds."""
+        self.starts = None
 
 
 @dataclass

@@ -155,6 +155,7 @@ def step_components(
         optimizers[name].zero_grad()
     if not active:
         return {}
+    losses = {name: losses[name].float() for name in active}  # bf16 under autocast: read in float32
     total = sum(losses[name] for name in active)
     if total.requires_grad:  # type: ignore[union-attr]
         total.backward()  # type: ignore[union-attr]

@@ -130,6 +130,20 @@ class TrainSpec(Spec):
         'tensorboard (<logdir>/tb), wandb, mlflow (these two: pip install "wmzoo[trackers]")',
     )
 
+    @field_validator("device")
+    @classmethod
+    def _a_device_name(cls, device: str) -> str:
+        import torch
+
+        if device != "auto":
+            try:
+                kind = torch.device(device).type
+            except (RuntimeError, ValueError):
+                raise ValueError(f"{device!r} is not a device: use cpu, cuda, cuda:N, mps or auto") from None
+            if kind not in ("cpu", "cuda", "mps"):
+                raise ValueError(f"{device!r}: wmzoo runs on cpu, cuda, cuda:N, mps or auto")
+        return device
+
     @field_validator("loggers", mode="before")
     @classmethod
     def _one_logger_by_name(cls, loggers: Any) -> Any:
@@ -146,7 +160,17 @@ class TrainSpec(Spec):
         10, ge=1, le=10_000, description="stop the run after this many updates in a row with a "
         "non-finite (NaN/inf) loss or gradient; each such step is skipped, and the last checkpoint kept",
     )
-    device: str = Field("cpu", description="torch device")
+    device: str = Field("cpu", description="torch device: cpu, cuda, cuda:N, mps, or auto (cuda where "
+                        "this machine has a GPU, else cpu); wmzoo run --device sets it")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: mixed precision (torch.autocast to bfloat16 on CPU and CUDA) for the "
+        "world-model loss, imagination, the policy's losses and acting; weights, gradients and optimizer "
+        "states stay float32",
+    )
+    compile: bool = Field(
+        False, description="torch.compile the world model's loss and imagination step; a backbone whose "
+        "code does not compile runs eagerly with one warning",
+    )
     threads: int = Field(
         1, ge=0, description="torch CPU threads (0: torch's default; 1 leaves a core for the envs)"
     )
@@ -181,7 +205,7 @@ STANDARD_RUN_PRESETS: dict[str, str] = {
 # sampled) is fixed by the checkpoint and the replay it was trained with.
 RESUMABLE_TRAIN_FIELDS: tuple[str, ...] = (
     "steps", "final_updates", "log_every", "checkpoint_every", "gif_horizon", "max_nonfinite", "device",
-    "threads", "loggers",
+    "precision", "compile", "threads", "loggers",
 )
 
 

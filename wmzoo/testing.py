@@ -48,9 +48,10 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
     for name, loss in out.losses.items():
         assert loss.dim() == 0 and torch.isfinite(loss), f"loss {name!r} must be a finite scalar"
     assert all(isinstance(v, float) for v in out.metrics.values()), "metrics must be floats"
-    n = out.start_cont.shape[0]
-    _check_state(out.start, n, "TrainOutput.start")
-    assert all(not v.requires_grad for v in out.start.values()), "start states must be detached"
+    start, start_cont, _ = out.imagination_start()
+    n = start_cont.shape[0]
+    _check_state(start, n, "TrainOutput.start")
+    assert all(not v.requires_grad for v in start.values()), "start states must be detached"
     if wm.stateful_training:
         assert out.carry is not None, "stateful_training backbones must return a carry"
         _check_state(out.carry, batch, "TrainOutput.carry")

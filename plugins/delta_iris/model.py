@@ -49,6 +49,7 @@ Deviations (named):
 
 from __future__ import annotations
 
+import contextlib
 from typing import Literal
 
 import torch
@@ -218,17 +219,19 @@ class DeltaIrisWorldModel(WorldModel):
         if batch.shape[1] - 1 > self.spec.max_blocks:
             batch = batch.windows(self.spec.max_blocks + 1, self.spec.max_blocks)
         device = batch.obs.device.type
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=self.spec.bf16):
+        # its own bf16 region where the spec asks; else the caller's precision (train.precision)
+        own = torch.autocast(device, dtype=torch.bfloat16) if self.spec.bf16 else contextlib.nullcontext()
+        with own:
             valid = ~batch.is_first[:, 1:]  # transitions inside one episode
             tok_loss, metrics = self.tokenizer.loss(batch.obs[:, :-1], batch.action[:, :-1], batch.obs[:, 1:], valid)
             tokens = self.encode_transitions(batch)
             wm_loss, wm_metrics = self._world_model_loss(batch, tokens)
         metrics.update(wm_metrics)
         n = min(self.spec.burn_in, full.shape[1] - 1)
-        start, start_cont, burn_in = self._burn(full.slice(full.shape[1] - 1 - n, full.shape[1]))
         return TrainOutput(
-            losses={"tokenizer": tok_loss.float(), "world_model": wm_loss.float()},
-            metrics=metrics, start=start, start_cont=start_cont, burn_in=burn_in,
+            losses={"tokenizer": tok_loss.float(), "world_model": wm_loss.float()}, metrics=metrics,
+            # built only when a policy imagines from them
+            starts=lambda: self._burn(full.slice(full.shape[1] - 1 - n, full.shape[1])),
         )
 
     def _world_model_loss(self, batch: Batch, tokens: Tensor) -> tuple[Tensor, dict[str, float]]:

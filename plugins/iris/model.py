@@ -182,10 +182,9 @@ class IrisWorldModel(WorldModel):
         wm_loss, wm_metrics = self._world_model_loss(batch, all_tokens)
         metrics.update(wm_metrics)
 
-        start, start_cont, burn_in = self._starts(batch, all_tokens)
         return TrainOutput(
-            losses={"tokenizer": tok_loss, "world_model": wm_loss},
-            metrics=metrics, start=start, start_cont=start_cont, burn_in=burn_in,
+            losses={"tokenizer": tok_loss, "world_model": wm_loss}, metrics=metrics,
+            starts=lambda: self._starts(batch, all_tokens),  # built only when a policy imagines from them
         )
 
     def _world_model_loss(self, batch: Batch, tokens: Tensor) -> tuple[Tensor, dict[str, float]]:

@@ -197,14 +197,12 @@ class REMWorldModel(WorldModel):
             "world_model/end_loss": float(end_loss.detach()),
             **next_token_accuracy(logits.argmax(-1)[obs_mask], tokens[obs_mask], tokens.roll(1, 1)[obs_mask]),
         })
-        start, burn_in = self._start_states(tokens, batch)
-        return TrainOutput(
-            losses={"tokenizer": tok_loss, "world_model": wm_loss},
-            metrics=metrics,
-            start=start,
-            start_cont=start_conts(batch).flatten(),
-            burn_in=burn_in,
-        )
+
+        def starts() -> tuple[State, Tensor, BurnIn]:  # built only when a policy imagines from them
+            start, burn_in = self._start_states(tokens, batch)
+            return start, start_conts(batch).flatten(), burn_in
+
+        return TrainOutput(losses={"tokenizer": tok_loss, "world_model": wm_loss}, metrics=metrics, starts=starts)
 
     @torch.no_grad()
     def _start_states(self, tokens: Tensor, batch: Batch) -> tuple[State, BurnIn]:

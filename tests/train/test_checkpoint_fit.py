@@ -67,7 +67,7 @@ def test_offline_data_of_another_env_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(("device", "message"), [
-    ("foo", "is not a torch device"), ("cuda", "no CUDA GPU"), ("meta", "wmzoo runs on cpu, cuda or mps"),
+    ("foo", "is not a device"), ("cuda", "no CUDA GPU"), ("meta", "wmzoo runs on cpu, cuda, cuda:N, mps or auto"),
 ])
 def test_devices_this_machine_lacks_are_one_line(device, message):
     # Catches: train.device=cuda on a CPU machine (or a typo) ending in a torch traceback.

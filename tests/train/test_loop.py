@@ -41,9 +41,9 @@ def train_and_record(monkeypatch, tmp_path: Path, backbone: str, lengths: list[i
     seen: list[Batch] = []
     original = Agent.train_world_model
 
-    def record(self, batch, carry=None, update=None):
+    def record(self, batch, carry=None, update=None, **kwargs):
         seen.append(batch)
-        return original(self, batch, carry, update)
+        return original(self, batch, carry, update, **kwargs)
 
     monkeypatch.setattr(Agent, "train_world_model", record)
     data = fixed_length_data(tmp_path / "data", lengths)

@@ -12,6 +12,27 @@ carry passed on and one update per segment, as it trains on long episodes.
 Peak memory is the resident set size sampled every 5 ms while the backbone runs (and, on CUDA,
 ``torch.cuda.max_memory_allocated``).
 
+Every backbone is built as the trainer builds it (:class:`wmzoo.train.agent.Agent`: the world
+model, its default policy, their optimizers), on ``device``, at each of ``precisions`` (fp32,
+bf16 mixed precision) and, with ``compile``, also with its loss and imagination step compiled
+(:mod:`wmzoo.device`): the variants of one backbone side by side, ``vs_first`` their throughput
+relative to the backbone's first. ``overrides`` (``--set``) apply to every backbone timed.
+
+**Components** (train mode, ``components=True``): after the timed iterations, as many again
+with the world model's parts timed apart (the timed figure is never instrumented):
+
+- each world-model component of ``WorldModel.components()`` (``tokenizer``, ``world_model``;
+  ``model`` for a one-component backbone): the forward time of its modules (module hooks on every
+  module whose parameters all belong to it, outermost call counted), its loss's own backward pass,
+  and its optimizer step. The forward time without gradient (e.g. a tokenizer encoding the
+  batch for the world model) is reported apart as ``<name>.no_grad``;
+- ``start_states``: building the batch's imagination start states where the backbone defers
+  them (``TrainOutput.starts``; else they are built inside the loss and counted there);
+- ``policy``: one policy update, as the trainer runs it (imagination from those start states
+  under the policy, and its learning step), on top of the world-model update;
+- ``other``: the world-model update's time not in a component (code outside any component's
+  modules: loss arithmetic, the shared backward's bookkeeping).
+
 The **env** mode times an environment alone under random actions, the way the online trainer
 steps it (:func:`wmzoo.envs.vector.make_vector_env`, same-step autoreset): one env in this process
 (``single``), then ``N`` envs one after another in this process (``sync``) and in ``N`` processes
@@ -21,24 +42,31 @@ process's only (async workers are not counted).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from torch import nn
 
 from wmzoo.atomic import write_text_atomic
+from wmzoo.device import check_precision, compile_failures, resolve_device
 from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
-from wmzoo.interfaces import Batch, EnvInfo, map_state
-from wmzoo.optim import step_components, world_model_optimizers
-from wmzoo.registry import build_world_model, env_info, make_env, world_model_spec
-from wmzoo.specs import WorldModelSpec
+from wmzoo.interfaces import Batch, EnvInfo, WorldModel, map_state
+from wmzoo.registry import default_registry, env_info, make_env, policy_spec, world_model_spec
+from wmzoo.specs import PolicySpec, RunSpec, TrainSpec, WorldModelSpec, parse_override, set_path, validate
+
+if TYPE_CHECKING:
+    from wmzoo.train.agent import Agent
 
 Mode = Literal["train", "imagine"]
 SYNTHETIC_ENV = EnvInfo(name="synthetic-64x64", obs_shape=(3, 64, 64), num_actions=6)
@@ -62,6 +90,13 @@ class BenchRecord:
     device: str
     threads: int
     segment: int = 0  # train: steps per update when the backbone trains in segments (TBTT), else T
+    precision: str = "fp32"  # fp32, or bf16 mixed precision (autocast)
+    compiled: bool = False  # loss and imagination step through torch.compile
+    compile_failed: dict[str, str] = field(default_factory=dict)  # compiled methods that ran eagerly, why
+    vs_first: float = 1.0  # throughput relative to this backbone's first variant (fp32 eager)
+    overrides: list[str] = field(default_factory=list)  # --set given to every backbone
+    # train mode with components: seconds per iteration of each part (see the module docstring)
+    components: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,13 +191,61 @@ def run_bench(
     env: str | None = None,
     device: str = "cpu",
     decode: bool = False,
+    precisions: Sequence[str] = ("fp32",),
+    compile: bool = False,
+    overrides: Sequence[str] = (),
+    components: bool = False,
 ) -> list[BenchRecord]:
-    """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, one after the other."""
+    """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, one after the other, each
+    at every variant (:func:`variants`). ``overrides``: ``--set KEY=VALUE`` for every backbone
+    (``model.`` keys, or bare ones, for the world model; ``policy.`` keys for its policy)."""
     if mode not in ("train", "imagine"):
         raise WmzooError(f"--mode {mode!r}: choose train or imagine")
+    resolve_device(device, "--device")
+    for precision in precisions:
+        check_precision(precision, "--precision")
     items = parse_backbones(backbones, preset)
-    specs = [(label, name, p, world_model_spec(name, p)) for label, name, p in items]  # bad names first
-    return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, bench_env(env), device, decode)
+    model_sets, policy_sets = split_overrides(overrides)
+    specs = [(label, name, p, world_model_spec(name, p, model_sets)) for label, name, p in items]  # bad names first
+    for _, name, p, _ in specs:
+        bench_policy_spec(name, p, policy_sets)  # bad policy fields before anything is timed
+    return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, bench_env(env), device, decode,
+                       precisions, compile, policy_sets, components, list(overrides))
+
+
+def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set`` of the bench as nested world-model and policy overrides: ``model.KEY`` (or a bare
+    ``KEY``) and ``policy.KEY``, as ``wmzoo run --set`` spells them; ``train.`` keys are refused
+    (the bench's own flags set the device, precision and compilation)."""
+    model: dict[str, Any] = {}
+    policy: dict[str, Any] = {}
+    for text in overrides:
+        key, value = parse_override(text)
+        root, _, rest = key.partition(".")
+        if root == "train" or key == "seed":
+            raise WmzooError(f"--set {text}: the bench takes model. and policy. fields (--device, "
+                             "--precision and --compile set how it runs)")
+        if root == "policy" and rest:
+            set_path(policy, rest, value)
+        else:
+            set_path(model, rest if root == "model" and rest else key, value)
+    return model, policy
+
+
+def bench_policy_spec(backbone: str, preset: str, overrides: dict[str, Any] | None = None) -> PolicySpec:
+    """The spec of ``backbone``'s default policy at ``preset`` (its ``tiny`` one where it has no
+    preset of that name) with ``overrides``."""
+    registry = default_registry()
+    policy = registry.backbone(backbone).default_policy
+    name = preset if preset in registry.policy(policy).presets else "tiny"
+    return policy_spec(policy, name, overrides)
+
+
+def variants(precisions: Sequence[str], compile: bool) -> list[tuple[str, bool]]:
+    """``(precision, compiled)`` of each variant timed, side by side: fp32 first (the baseline),
+    then the other precisions asked for, then each of them compiled when ``compile``."""
+    eager = ["fp32", *(p for p in dict.fromkeys(precisions) if p != "fp32")]
+    return [(p, False) for p in eager] + ([(p, True) for p in eager] if compile else [])
 
 
 def bench_specs(
@@ -176,41 +259,81 @@ def bench_specs(
     info: EnvInfo,
     device: str = "cpu",
     decode: bool = False,
+    precisions: Sequence[str] = ("fp32",),
+    compile: bool = False,
+    policy_overrides: dict[str, Any] | None = None,
+    components: bool = False,
+    overrides: list[str] | None = None,
 ) -> list[BenchRecord]:
     """:func:`run_bench` on resolved world-model specs ``(label, backbone, preset, spec)`` (a
     study's cells: their presets with the study's ``--set`` and width fields)."""
-    dev = torch.device(device)
     records = []
     for label, name, p, spec in items:
-        torch.manual_seed(0)
-        wm = build_world_model(name, spec, info).to(dev)
-        params = sum(x.numel() for x in wm.parameters())
-        data = synthetic_batch(info, batch, seq_len, dev)
-        step = _train_step(wm, data) if mode == "train" else _imagine_step(wm, data, horizon, info, decode)
-        segment = train_segments(wm, seq_len)[0][1] if mode == "train" else 0
-        for _ in range(warmup):
+        first = None
+        for precision, compiled in variants(precisions, compile):
+            run = bench_run(name, p, spec, info, device, precision, compiled, policy_overrides)
+            record = _bench_one(label, run, mode, batch, seq_len, horizon, iters, warmup, info, decode,
+                                components and mode == "train")
+            first = first or record.throughput
+            record.vs_first = record.throughput / first
+            record.overrides = list(overrides or [])
+            records.append(record)
+            _release_memory()
+    return records
+
+
+def bench_run(name: str, preset: str, spec: WorldModelSpec, info: EnvInfo, device: str, precision: str,
+              compiled: bool, policy_overrides: dict[str, Any] | None = None) -> RunSpec:
+    """The run the bench builds its :class:`~wmzoo.train.agent.Agent` from: ``spec``, the
+    backbone's default policy, and a trainer spec that sets only the device, precision and
+    compilation."""
+    policy = bench_policy_spec(name, preset, policy_overrides)
+    train = TrainSpec(device=device, precision=precision, compile=compiled, threads=0)  # type: ignore[arg-type]
+    return validate(RunSpec, {  # type: ignore[return-value]
+        "backbone": name, "env": info.name, "preset": preset, "model": spec, "train": train,
+        "policy_name": default_registry().backbone(name).default_policy, "policy": policy,
+    })
+
+
+def _bench_one(label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, horizon: int, iters: int,
+               warmup: int, info: EnvInfo, decode: bool, components: bool) -> BenchRecord:
+    from wmzoo.train.agent import Agent
+
+    torch.manual_seed(0)
+    agent = Agent(run, info)
+    dev, wm = agent.device, agent.world_model
+    params = sum(x.numel() for x in wm.parameters())
+    data = synthetic_batch(info, batch, seq_len, dev)
+    step = _train_step(agent, data) if mode == "train" else _imagine_step(agent, data, horizon, info, decode)
+    segment = train_segments(wm, seq_len)[0][1] if mode == "train" else 0
+    # a compiled variant compiles on its first call and may recompile once for dynamic shapes
+    for _ in range(max(warmup, 2) if run.train.compile else warmup):
+        step()
+    _sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    with RssSampler() as rss:
+        t0 = time.perf_counter()
+        for _ in range(iters):
             step()
         _sync(dev)
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(dev)
-        with RssSampler() as rss:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                step()
-            _sync(dev)
-            seconds = (time.perf_counter() - t0) / iters
-        frames = batch * (seq_len if mode == "train" else horizon)
-        records.append(BenchRecord(
-            backbone=label, preset=p, mode=mode, batch_size=batch, seq_len=seq_len,
-            horizon=horizon if mode == "imagine" else 0, params=params,
-            throughput=frames / seconds, seconds_per_iter=seconds,
-            peak_rss_mb=round(rss.peak, 1), rss_increase_mb=round(rss.peak - rss.start, 1),
-            peak_cuda_mb=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
-            iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=segment,
-        ))
-        del wm, data, step
-        _release_memory()
-    return records
+        seconds = (time.perf_counter() - t0) / iters
+    parts: dict[str, float] = {}
+    if components and not run.train.compile:  # a compiled loss is one fused graph: no parts to time
+        parts = _component_times(agent, data, iters, info)
+    frames = batch * (seq_len if mode == "train" else horizon)
+    record = BenchRecord(
+        backbone=label, preset=run.preset, mode=mode, batch_size=batch, seq_len=seq_len,
+        horizon=horizon if mode == "imagine" else 0, params=params,
+        throughput=frames / seconds, seconds_per_iter=seconds,
+        peak_rss_mb=round(rss.peak, 1), rss_increase_mb=round(rss.peak - rss.start, 1),
+        peak_cuda_mb=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
+        iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=segment,
+        precision=run.train.precision, compiled=run.train.compile, compile_failed=compile_failures(wm),
+        components=parts,
+    )
+    del agent, wm, data, step
+    return record
 
 
 def _release_memory() -> None:
@@ -237,34 +360,142 @@ def train_segments(wm, seq_len: int) -> list[tuple[int, int]]:
     return [(start, min(start + size, seq_len)) for start in range(0, seq_len, size)]
 
 
-def _train_step(wm, data: Batch):
-    optimizers = world_model_optimizers(wm.components())
-    wm.train()
-    segments = train_segments(wm, data.shape[1])
+def _train_step(agent: Agent, data: Batch) -> Callable[[], None]:
+    """One world-model update of the trainer (:meth:`Agent.train_world_model`: loss, one shared
+    backward, each component's step) over ``data``, in carried segments for a stateful backbone;
+    start states a backbone defers are not built (no policy trains here)."""
+    segments = train_segments(agent.world_model, data.shape[1])
 
     def step() -> None:
         carry = None
         for start, stop in segments:
-            out = wm.loss(data.slice(start, stop), carry)
-            step_components(optimizers, out.losses)
+            out = agent.train_world_model(data.slice(start, stop), carry, starts=False)
             carry = out.carry
 
     return step
 
 
-def _imagine_step(wm, data: Batch, horizon: int, info: EnvInfo, decode: bool):
+def _imagine_step(agent: Agent, data: Batch, horizon: int, info: EnvInfo, decode: bool) -> Callable[[], None]:
     """Observe the context once (untimed), then time imagination from a fresh copy of its state
-    (a backbone may update its state's buffers in place, e.g. a preallocated key/value cache)."""
+    (a backbone may update its state's buffers in place, e.g. a preallocated key/value cache),
+    all in the agent's precision."""
+    wm = agent.world_model
     wm.eval()
     policy = random_actions(info.num_actions, info.discrete)
-    with torch.no_grad():
+    with torch.no_grad(), agent.autocast():
         start = wm.observe(data)
 
-    @torch.no_grad()
     def step() -> None:
-        imagine(wm, policy, map_state(torch.clone, start), horizon, decode=decode)
+        with agent.autocast():
+            imagine(wm, policy, map_state(torch.clone, start), horizon, decode=decode)
 
     return step
+
+
+class ComponentTimer:
+    """Forward seconds of each world-model component while :meth:`recording`: hooks on every
+    module whose parameters all belong to one component of ``WorldModel.components()``; only the
+    outermost hooked call counts (a module inside another is in its time), under
+    ``<name>.forward`` with gradient and ``<name>.no_grad`` without."""
+
+    def __init__(self, world_model: WorldModel, device: torch.device) -> None:
+        owner = {id(p): name for name, (params, _) in world_model.components().items() for p in params}
+        self.device, self.depth, self.t0, self.current = device, 0, 0.0, ""
+        self.times: dict[str, float] | None = None
+        self.handles = []
+        for module in world_model.modules():
+            names = {owner.get(id(p)) for p in module.parameters()}
+            if len(names) != 1 or None in names:
+                continue
+            (name,) = names
+            self.handles.append(module.register_forward_pre_hook(functools.partial(self._enter, name)))
+            self.handles.append(module.register_forward_hook(self._exit, always_call=True))
+
+    def _enter(self, name: str, module: nn.Module, args: Any) -> None:
+        if self.times is None:
+            return
+        if self.depth == 0:
+            _sync(self.device)
+            self.t0, self.current = time.perf_counter(), name
+        self.depth += 1
+
+    def _exit(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.times is None:
+            return
+        self.depth -= 1
+        if self.depth == 0:
+            _sync(self.device)
+            key = f"{self.current}.{'forward' if torch.is_grad_enabled() else 'no_grad'}"
+            self.times[key] = self.times.get(key, 0.0) + time.perf_counter() - self.t0
+
+    @contextlib.contextmanager
+    def recording(self, times: dict[str, float]) -> Iterator[None]:
+        self.times, self.depth = times, 0
+        try:
+            yield
+        finally:
+            self.times = None
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _component_times(agent: Agent, data: Batch, iters: int, info: EnvInfo) -> dict[str, float]:
+    """Seconds per iteration of each part of a training update (module docstring), averaged
+    over ``iters`` instrumented updates: the world-model update as the trainer runs it, but each
+    component's loss backpropagated on its own (the same gradients where their graphs are
+    disjoint, as the token backbones' tokenizer and world model are), then the deferred start
+    states and one policy update."""
+    wm, dev, optimizers = agent.world_model, agent.device, agent.optimizers
+    segments = train_segments(wm, data.shape[1])
+    P = agent.policy.spec
+    own = synthetic_batch(info, P.max_starts, P.segment, dev, seed=1) if P.segment else None
+    timer = ComponentTimer(wm, dev)
+    times: dict[str, float] = {}
+    update = 0.0
+
+    def timed(key: str, fn: Callable[[], Any]) -> Any:
+        _sync(dev)
+        t0 = time.perf_counter()
+        result = fn()
+        _sync(dev)
+        times[key] = times.get(key, 0.0) + time.perf_counter() - t0
+        return result
+
+    try:
+        for _ in range(iters):
+            carry = None
+            for i, (start, stop) in enumerate(segments):
+                wm.train()
+                t0 = time.perf_counter()
+                with timer.recording(times), agent.autocast():
+                    out = wm.loss(data.slice(start, stop), carry)
+                if i < len(segments) - 1:
+                    out.discard_starts()
+                elif out.starts is not None:  # deferred: built for the policy, timed apart
+                    paused = time.perf_counter()
+                    with agent.autocast():
+                        timed("start_states", out.imagination_start)
+                    t0 += time.perf_counter() - paused
+                losses = {name: out.losses[name].float() for name in optimizers}
+                for opt in optimizers.values():
+                    opt.zero_grad()
+                graded = [name for name, loss in losses.items() if loss.requires_grad]
+                for j, name in enumerate(graded):
+                    timed(f"{name}.backward", functools.partial(losses[name].backward, retain_graph=j < len(graded) - 1))
+                for name, opt in optimizers.items():
+                    timed(f"{name}.step", functools.partial(opt.step, losses[name], backward=False))
+                _sync(dev)
+                update += time.perf_counter() - t0
+                carry = out.carry
+            timed("policy", functools.partial(agent.train_policy, out, segments=own))
+    finally:
+        timer.remove()
+    parts = {key: value / iters for key, value in sorted(times.items())}
+    counted = sum(v for k, v in parts.items() if k not in ("start_states", "policy"))
+    parts["other"] = max(update / iters - counted, 0.0)
+    return parts
 
 
 def _sync(device: torch.device) -> None:
@@ -321,19 +552,62 @@ def format_env_table(records: list[EnvBenchRecord]) -> str:
     return "\n".join(rows)
 
 
+def variant_name(record: BenchRecord) -> str:
+    """``fp32``, ``bf16``, ``fp32+compile``, ...: how a record's backbone ran."""
+    return record.precision + ("+compile" if record.compiled else "")
+
+
 def format_table(records: list[BenchRecord]) -> str:
-    """A plain table with each backbone's throughput relative to the first one."""
+    """A plain table with each backbone's throughput relative to the first one (``ratio``) and to
+    its own first variant (``vs fp32``); then, where components were timed, milliseconds per
+    iteration of each part (each component: forward with and without gradient, backward, step)."""
     if not records:
         return ""
     base = records[0].throughput
-    head = f"{'backbone':<22}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}{'ratio':>8}{'peak RSS MB':>13}{'segment':>9}"
+    head = (f"{'backbone':<22}{'variant':<14}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}"
+            f"{'ratio':>8}{'vs fp32':>9}{'peak RSS MB':>13}{'segment':>9}")
     rows = [head]
     for r in records:
         rows.append(
-            f"{r.backbone:<22}{r.mode:<9}{r.batch_size:>4}{r.seq_len:>6}{r.horizon:>4}{r.params:>12,}"
-            f"{r.throughput:>12.1f}{r.throughput / base:>8.2f}{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
+            f"{r.backbone:<22}{variant_name(r):<14}{r.mode:<9}{r.batch_size:>4}{r.seq_len:>6}{r.horizon:>4}"
+            f"{r.params:>12,}{r.throughput:>12.1f}{r.throughput / base:>8.2f}{r.vs_first:>9.2f}"
+            f"{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
         )
+    failed = [f"{r.backbone} {variant_name(r)}: {name} ran eagerly ({why})"
+              for r in records for name, why in r.compile_failed.items()]
+    timed = [r for r in records if r.components]
+    if timed:
+        names = list(dict.fromkeys(n for r in timed for n, _ in component_totals(r.components)))
+        names.sort(key=lambda n: LAST_PARTS.index(n) if n in LAST_PARTS else -1)
+        rows += ["", "ms per iteration: " + "; ".join(COMPONENT_HELP), f"{'backbone':<22}{'variant':<14}{'update':>9}"
+                 + "".join(f"{n:>14}" for n in names)]
+        for r in timed:
+            totals = dict(component_totals(r.components))
+            rows.append(f"{r.backbone:<22}{variant_name(r):<14}{r.seconds_per_iter * 1e3:>9.1f}"
+                        + "".join(f"{totals[n] * 1e3:>14.1f}" if n in totals else f"{'-':>14}" for n in names))
+    if failed:
+        rows += ["", *failed]
     return "\n".join(rows)
+
+
+COMPONENT_HELP = (
+    "update = the timed world-model update",
+    "each component = its modules' forward (with and without gradient) + its loss's backward + its step",
+    "start_states, policy: on top of the update",
+)
+
+
+def component_totals(parts: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    """``{"tokenizer.forward": s, "tokenizer.backward": s, ..., "policy": s}`` summed per part."""
+    totals: dict[str, float] = {}
+    for key, value in parts.items():
+        name = key.split(".", 1)[0]
+        totals[name] = totals.get(name, 0.0) + value
+    order = sorted(totals, key=lambda n: LAST_PARTS.index(n) if n in LAST_PARTS else -1)
+    return tuple((n, totals[n]) for n in order)
+
+
+LAST_PARTS = ("other", "start_states", "policy")  # after the world-model components
 
 
 def write_json(path: str | Path, records: list[BenchRecord] | list[EnvBenchRecord]) -> Path:

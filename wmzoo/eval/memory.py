@@ -452,11 +452,13 @@ def _device(wm: WorldModel) -> torch.device:
 def evaluate_memory(
     checkpoint: str | Path, protocol: str, data: str | Path, out: str | Path, *,
     split: str = "test", episodes: int | None = None, context: int | None = None, log: Any = print,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Run ``protocol`` for ``checkpoint`` on ``split`` of the dataset ``data``; writes
     ``<out>/<protocol>.json`` (and a PNG curve for imagination and recall) and returns the
     results. ``context``: observed frames of each episode where the dataset has no context phase
-    (an env without a scripted memory task); a memory task's own phases always win."""
+    (an env without a scripted memory task); a memory task's own phases always win. ``device``:
+    where the model runs (``None``: where it trained)."""
     from wmzoo.eval.rollout import load_agent
 
     if protocol not in PROTOCOLS:
@@ -464,7 +466,7 @@ def evaluate_memory(
     manifest = Manifest.read(Path(data))
     if context is not None and manifest.context_length is None:
         manifest = dataclasses.replace(manifest, context_length=context)
-    agent = load_agent(checkpoint)
+    agent = load_agent(checkpoint, device)
     if (tuple(agent.env.obs_shape), agent.env.num_actions, agent.env.discrete) != (
         tuple(manifest.env_info.obs_shape), manifest.env_info.num_actions, manifest.env_info.discrete
     ):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wmzoo.device import resolve_device
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.registry import make_env
 from wmzoo.config import load_run
@@ -22,10 +23,15 @@ from wmzoo.train.agent import Agent
 from wmzoo.train.checkpoint import load_checkpoint
 
 
-def load_agent(checkpoint: str | Path) -> Agent:
-    """Rebuild the agent of a checkpoint (spec, env shapes, weights) without pickle."""
+def load_agent(checkpoint: str | Path, device: str | None = None) -> Agent:
+    """Rebuild the agent of a checkpoint (spec, env shapes, weights) without pickle, on ``device``
+    (``--device``: cpu, cuda, auto, ...; ``None``: the device the run trained on)."""
+    if device is not None:
+        resolve_device(device, "--device")  # before anything is read
     tree = load_checkpoint(checkpoint)
     run = load_run(tree["run"], f"checkpoint {checkpoint}")
+    if device is not None:
+        run = run.model_copy(update={"train": run.train.model_copy(update={"device": device})})
     info = EnvInfo.from_dict(tree["env"])
     torch.manual_seed(run.seed)
     agent = Agent(run, info)

@@ -7,35 +7,23 @@ This is what a checkpoint stores and restores.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from wmzoo import distributed
+from wmzoo.device import autocast, compile_world_model, float32, resolve_device
 from wmzoo.errors import SpecError, WmzooError
 from wmzoo.imagination import imagine
-from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, index_state, reset_state
+from wmzoo.interfaces import (
+    Batch, EnvInfo, State, TrainOutput, Trajectory, WorldModel, index_state, reset_state,
+)
 from wmzoo.optim import Optimizer, step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
 from wmzoo.train.nonfinite import nonfinite_tensors
-
-
-def resolve_device(name: str) -> torch.device:
-    """``train.device`` as a torch device this machine has; one line otherwise."""
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise WmzooError(f"train.device={name!r} is not a torch device; use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise WmzooError(f"train.device={name}: this machine has no CUDA GPU; use train.device=cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise WmzooError(f"train.device={name}: this machine has {torch.cuda.device_count()} CUDA GPUs")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise WmzooError(f"train.device={name}: wmzoo runs on cpu, cuda or mps")
-    return distributed.local_device(device)
 
 
 def step_logged(optimizers: dict[str, Optimizer], losses: dict[str, Tensor], update: int | None = None
@@ -67,7 +55,10 @@ class Agent(nn.Module):
                     "steps are skipped and counted)"
                 )
         self.device = resolve_device(run.train.device)
+        self.precision = run.train.precision
         self.to(self.device)
+        if run.train.compile:
+            compile_world_model(self.world_model, run.backbone)
         self._acting: dict[str, Any] | None = None
 
     # -- learning -----------------------------------------------------------------------
@@ -76,12 +67,20 @@ class Agent(nn.Module):
         as ``policy/<name>`` (the prefixes of their logged scalars)."""
         return {**self.optimizers, **{f"policy/{k}": o for k, o in self.policy.optimizers().items()}}
 
-    def train_world_model(self, batch: Batch, carry: State | None = None, update: int | None = None) -> TrainOutput:
+    def train_world_model(self, batch: Batch, carry: State | None = None, update: int | None = None,
+                          starts: bool = True) -> TrainOutput:
         """One update of the world-model components that have started by the trainer's 0-based
         ``update`` (``OptimSpec.start``; one shared backward pass). Every component's loss is
-        logged; a gradient norm only for those that stepped."""
+        logged; a gradient norm only for those that stepped. ``starts``: whether a policy will
+        imagine from this batch's start states; a backbone that defers them
+        (``TrainOutput.starts``) builds them only then, before the step (the loss's weights)."""
         self.world_model.train()
-        out = self.world_model.loss(batch.to(self.device), carry)
+        with self.autocast():
+            out = self.world_model.loss(batch.to(self.device), carry)
+            if starts:
+                out.imagination_start()
+            else:
+                out.discard_starts()
         out.metrics.update(step_logged(self.optimizers, out.losses, update))
         return out
 
@@ -90,11 +89,20 @@ class Agent(nn.Module):
     ) -> dict[str, float]:
         """Imagine from the world-model batch's start states (``out``), or from the last steps of
         the policy's own ``segments`` (``policy.segment > 0``), and let the policy learn."""
-        start, cont, context = out.start, out.start_cont, out.burn_in
+        with self.autocast():
+            trajectory = self._imagine_for_policy(out, generator, segments)
+            metrics = self.policy.learn(float32(trajectory))
+        metrics["imagined_reward"] = float(trajectory.rewards.float().mean())
+        return {f"policy/{k}": v for k, v in metrics.items()}
+
+    def _imagine_for_policy(self, out: TrainOutput, generator: torch.Generator | None, segments: Batch | None
+                            ) -> Trajectory:
         if segments is not None:
             self.world_model.eval()
             with torch.no_grad():
                 start, cont, context = self.world_model.imagination_starts(segments.to(self.device))
+        else:
+            start, cont, context = out.imagination_start()
         limit = self.policy.spec.max_starts
         n = cont.shape[0]
         if limit and n > limit:
@@ -106,13 +114,14 @@ class Agent(nn.Module):
             with torch.no_grad():
                 pstate = self.policy.burn_in(context)
         self.world_model.eval()
-        trajectory = imagine(
+        return imagine(
             self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont,
             policy_state=pstate,
         )
-        metrics = self.policy.learn(trajectory)
-        metrics["imagined_reward"] = float(trajectory.rewards.mean())
-        return {f"policy/{k}": v for k, v in metrics.items()}
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The run's ``train.precision`` region on the agent's device (:func:`wmzoo.device.autocast`)."""
+        return autocast(self.device, self.precision)
 
     # -- acting in real environments --------------------------------------------------
     @torch.no_grad()
@@ -139,15 +148,17 @@ class Agent(nn.Module):
         acting = self._acting
         self.world_model.eval()
         acting["prev_action"][first] = 0
-        state = self.world_model.observe_step(
-            acting["state"], torch.as_tensor(obs, device=self.device), acting["prev_action"], first
-        )
-        pstate = acting["pstate"]
-        if pstate:
-            pstate = reset_state(pstate, self.policy.initial_state(n), first)
-        extra = {"temperature": temperature} if temperature != 1.0 else {}
-        given = pstate if condition is None else {**pstate, "condition": condition.to(self.device)}
-        action, pstate = self.policy.act(self.world_model.features(state), given, sample=sample, **extra)
+        with self.autocast():
+            state = self.world_model.observe_step(
+                acting["state"], torch.as_tensor(obs, device=self.device), acting["prev_action"], first
+            )
+            pstate = acting["pstate"]
+            if pstate:
+                pstate = reset_state(pstate, self.policy.initial_state(n), first)
+            extra = {"temperature": temperature} if temperature != 1.0 else {}
+            given = pstate if condition is None else {**pstate, "condition": condition.to(self.device)}
+            action, pstate = self.policy.act(self.world_model.features(state), given, sample=sample, **extra)
+        action = float32(action)
         pstate.pop("condition", None)  # given anew at every step, never carried
         if actions is not None:
             forced = torch.as_tensor(actions, dtype=self.env.action_dtype, device=self.device)

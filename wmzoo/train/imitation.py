@@ -69,11 +69,13 @@ def imitation_losses(agent: Agent, batch: Batch, condition: Tensor, acted: Tenso
     ``γ · −log π(a_t | h*_t, c)`` as ``policy/policy`` (on the features of the same pass, so its
     gradient reaches the world model unless the policy detaches them), and the scalars to log."""
     policy: ImitationPolicy = agent.policy  # type: ignore[assignment]
-    out = agent.world_model.loss(batch)
-    if out.features is None:
-        raise WmzooError(f"backbone '{agent.run.backbone}' does not return its training features "
-                         "(TrainOutput.features), so no policy can learn from them by imitation")
-    nll, metrics = policy.imitation_loss(out.features, condition, batch.action, acted)
+    with agent.autocast():
+        out = agent.world_model.loss(batch)
+        out.discard_starts()  # nothing imagines from them
+        if out.features is None:
+            raise WmzooError(f"backbone '{agent.run.backbone}' does not return its training features "
+                             "(TrainOutput.features), so no policy can learn from them by imitation")
+        nll, metrics = policy.imitation_loss(out.features, condition, batch.action, acted)
     losses = {**out.losses, "policy/policy": policy.spec.weight * nll}
     return losses, {**out.metrics, **{f"policy/{k}": v for k, v in metrics.items()}}
 

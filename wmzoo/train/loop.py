@@ -142,11 +142,13 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
 
     def update() -> None:
         """One world-model update; the policy's every ``policy_every``, once it has started."""
-        out = batches.update(progress.updates)
+        P = agent.policy.spec
+        policy = progress.updates + 1 > P.start and (progress.updates + 1) % T.policy_every == 0
+        # start states are built only for a policy that imagines from this batch's
+        out = batches.update(progress.updates, starts=policy and not P.segment)
         metrics = dict(out.metrics)
         progress.updates += 1
-        if progress.updates > agent.policy.spec.start and progress.updates % T.policy_every == 0:
-            P = agent.policy.spec
+        if policy:
             segments = replay.sample(P.max_starts, P.segment) if P.segment else None  # its own batch
             metrics.update(agent.train_policy(out, segments=segments))
         log_update(guard, logger, progress, metrics, progress.env_steps + progress.final)
@@ -362,14 +364,15 @@ class WorldModelBatches:
         self.stream = replay.stream(*self.size, episode_rows) if streamed else None
         self.carry: State | None = None
 
-    def update(self, update: int | None = None) -> TrainOutput:
-        """One world-model update; ``update`` (0-based) decides which components have started."""
+    def update(self, update: int | None = None, starts: bool = False) -> TrainOutput:
+        """One world-model update; ``update`` (0-based) decides which components have started;
+        ``starts``: build the batch's imagination start states (a policy imagines from them)."""
         batch = next(self.stream) if self.stream is not None else self.replay.sample(*self.size)
         if self.carry is not None:
             fresh = self.agent.world_model.initial_state(batch.shape[0])
             device = next(iter(self.carry.values())).device
             self.carry = reset_state(self.carry, fresh, batch.is_first[:, 0].to(device))
-        out = self.agent.train_world_model(batch, self.carry, update)
+        out = self.agent.train_world_model(batch, self.carry, update, starts=starts)
         self.carry = out.carry
         return out
 

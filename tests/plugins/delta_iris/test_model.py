@@ -173,6 +173,7 @@ def test_loss_returns_both_components_and_burnt_in_starts() -> None:
     batch = _batch(3, 4, seed=5)
     out = wm.loss(batch)
     assert set(out.losses) == {"tokenizer", "world_model"}
+    out.imagination_start()
     assert out.start["frame"].shape == (3, *ENV.obs_shape)
     torch.testing.assert_close(out.start["frame"], batch.obs[:, -1].float() / 255)
     assert out.burn_in is not None and out.burn_in.features.shape[1] == min(wm.spec.burn_in, 3)

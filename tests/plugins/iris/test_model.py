@@ -128,6 +128,7 @@ def test_world_model_loss_terms_and_starts() -> None:
     assert all(p.grad is None for p in wm.tokenizer.parameters())
     assert any(p.grad is not None for p in wm.transformer.parameters())
     # starts: one per row, at its last frame; burn-in context of 2 frames before it
+    out.imagination_start()
     assert out.start["tokens"].shape == (2, wm.K) and out.start_cont.shape == (2,)
     assert out.burn_in is not None and out.burn_in.features.shape == (2, 2, *ENV.obs_shape)
     assert out.burn_in.is_first.shape == (2, 3)

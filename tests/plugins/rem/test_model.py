@@ -91,7 +91,7 @@ def test_start_states_hold_two_real_frames():
     wm = _model(2)
     batch = _batch(2, 2, 5, True)  # is_first at t = 2 in row 0
     out = wm.loss(batch)
-    start = out.start
+    start, _, _ = out.imagination_start()
     tokens = wm.tokenizer.encode(batch.obs)
     with torch.no_grad():
         for b, t in [(0, 1), (0, 2), (0, 4), (1, 0), (1, 3)]:
