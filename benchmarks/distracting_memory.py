@@ -323,13 +323,13 @@ def curves(workdir: Path, out: Path) -> list[Path]:
 
 
 def stopped(gates: dict[str, dict], control: dict[str, dict], gate_frames: int, out: Path) -> None:
-    """The report of a run stopped at the gate: its table and the control's."""
+    """The report of a run stopped at the gate (``distracting_memory_100.md``): its table and the control's."""
     lines = [f"Stopped at the gate, {gate_frames:,} training frames (test split; imagination protocol on "
              f"{GATE_EPISODES} episodes): a run failed it, so the budget was not spent.", "", *gate_table(gates)]
     if control:
         lines += ["", "The memoryless control (the ending's reward relabelled to the last move: 1 when it is up), "
                   f"{gate_frames:,} training frames:", "", *reward_table(control, gate_frames, paper=False)]
-    (out / "distracting_memory_100_gate.md").write_text("\n".join(lines) + "\n")
+    (out / "distracting_memory_100.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
