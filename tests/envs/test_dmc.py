@@ -5,30 +5,14 @@ Rendering runs at about 40 frames/s at 64x64 on a CPU, so the long checks render
 
 from __future__ import annotations
 
-import os
+import gymnasium as gym
+import numpy as np
+import pytest
+from mujoco_rendering import require_rendering
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco/dm_control are imported
+require_rendering("dm_control.suite")
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-try:
-    from dm_control import mujoco, suite
-except Exception as err:  # ImportError, or dm_control rejecting MUJOCO_GL
-    pytest.skip(f"dm_control does not import: {err}", allow_module_level=True)
-
-
-def _can_render() -> bool:
-    try:
-        mujoco.Physics.from_xml_string("<mujoco><worldbody/></mujoco>").render(16, 16)
-    except Exception:
-        return False
-    return True
-
-
-if not _can_render():
-    pytest.skip(f"no OpenGL rendering with MUJOCO_GL={os.environ['MUJOCO_GL']}", allow_module_level=True)
+from dm_control import suite  # noqa: E402
 
 from wmzoo.envs import dmc  # noqa: E402
 from wmzoo.errors import UnknownNameError  # noqa: E402

@@ -6,17 +6,12 @@ one-line refusal of continuous actions."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco/dm_control are imported
+import pytest
+from mujoco_rendering import require_rendering
 
-import pytest  # noqa: E402
-
-try:
-    import dm_control.suite  # noqa: F401
-except Exception as err:
-    pytest.skip(f"dm_control does not import: {err}", allow_module_level=True)
+require_rendering("dm_control.suite")
 
 from wmzoo.cli import main  # noqa: E402
 from wmzoo.data.replay import Replay  # noqa: E402
