@@ -14,7 +14,7 @@ from wmzoo.config import run_spec
 from wmzoo.errors import SpecError, WmzooError
 from wmzoo.imagination import frozen, imagine
 from wmzoo.interfaces import EnvInfo
-from wmzoo.registry import build_world_model, world_model_spec
+from wmzoo.registry import build_policy, build_world_model, default_registry, policy_spec, world_model_spec
 from wmzoo.train.agent import Agent
 
 CONTINUOUS = EnvInfo("t-continuous", (3, 16, 16), 2, discrete=False)
@@ -32,9 +32,13 @@ def world_model_and_starts(name: str, env: EnvInfo = CONTINUOUS):
     return wm, out.start
 
 
-def policy_for(wm, **update) -> DreamerPolicy:
-    spec = PRESETS["tiny"].model_copy(update={"entropy": 0.0, "horizon": 4, **update})
-    return DreamerPolicy(spec, wm.feature_shape, CONTINUOUS)
+def policy_for(wm, backbone: str = "rssm") -> DreamerPolicy:
+    """The backbone's own policy (DreamerV3's, or TokenWM's on its token set) at tiny, entropy off."""
+    name = default_registry().backbone(backbone).default_policy
+    spec = policy_spec(name, "tiny", {"entropy": 0.0, "horizon": 4})
+    policy = build_policy(name, spec, wm.feature_shape, CONTINUOUS)
+    assert isinstance(policy, DreamerPolicy)
+    return policy
 
 
 def actor_gradient(wm, policy: DreamerPolicy, start) -> torch.Tensor:
@@ -56,14 +60,14 @@ def test_actor_grad_auto_is_reinforce_for_discrete_and_backprop_for_continuous()
         DreamerPolicy(backprop, features, DISCRETE)
 
 
-@pytest.mark.parametrize("backbone", ["rssm", "s4wm", "tssm-xl"])
+@pytest.mark.parametrize("backbone", ["rssm", "s4wm", "tssm-xl", "tokenwm"])
 def test_the_actors_gradient_reaches_it_through_the_dynamics(backbone: str, monkeypatch) -> None:
     """With the entropy bonus off, the backprop actor's only gradient is the one the imagined
     rewards and values send back through ``imagine_step`` into the actions: nonzero as built,
     zero when the action reaching the dynamics is cut from the graph (the trajectory still
     carries a graph, so only the path through the dynamics is missing)."""
     wm, start = world_model_and_starts(backbone)
-    policy = policy_for(wm)
+    policy = policy_for(wm, backbone)
     through = actor_gradient(wm, policy, start)
     assert through.abs().sum() > 0 and torch.isfinite(through).all()
 
