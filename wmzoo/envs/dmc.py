@@ -24,7 +24,7 @@ Choices, each DreamerV3's unless marked:
 - episode end: suite tasks end only at their time limit (discount 1), reported as truncation;
   a step with discount 0 would be a termination.
 - seeds: ``dm_control`` fixes a task's random state when the task is built, so ``reset(seed=s)``
-  builds the task anew with ``task_kwargs={"random": s}`` (a few ms) and ``reset()`` continues
+  builds the task anew with ``task_kwargs={"random": s}`` (under 0.1 s) and ``reset()`` continues
   with the next episode of the current one (:class:`~wmzoo.envs.wrappers.SeededAtBuild`).
   The same seed gives the same first frame.
 - ``train`` changes nothing: training and evaluation episodes are the same.
