@@ -67,11 +67,14 @@ def test_bad_input_is_one_line_and_exit_code_2(capsys, tmp_path, monkeypatch, ar
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_missing_optional_dependency(capsys, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ale_py", None)  # as if the atari extra were not installed
-    code, _, err = run_cli(capsys, "run", "--env", "atari-pong", "--logdir", str(tmp_path / "r"))
+@pytest.mark.parametrize(("module", "env", "extra"), [
+    ("ale_py", "atari-pong", "atari"), ("dm_control", "dmc-walker-walk", "dmc"),
+])
+def test_missing_optional_dependency(capsys, tmp_path, monkeypatch, module, env, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra were not installed
+    code, _, err = run_cli(capsys, "run", "--env", env, "--logdir", str(tmp_path / "r"))
     assert code == 2
-    assert 'pip install "wmzoo[atari]"' in err and err.count("\n") == 1
+    assert f'pip install "wmzoo[{extra}]"' in err and err.count("\n") == 1
     assert not (tmp_path / "r").exists()
 
 

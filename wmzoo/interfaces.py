@@ -385,9 +385,16 @@ def filter_rows(wm: WorldModel, batch: Batch, state: State | None = None) -> Ite
 
 
 class Policy(nn.Module, ABC):
-    """An agent that acts on world-model features and learns from imagined trajectories."""
+    """An agent that acts on world-model features and learns from imagined trajectories.
+
+    ``imagine_with_grad``: true when :meth:`learn` backpropagates through the imagined steps
+    (DreamerV3's dynamics backpropagation); the trainer then imagines with gradients under frozen
+    world-model parameters (:func:`wmzoo.imagination.imagine` with ``grad=True``), and :meth:`act`
+    must return actions differentiable in the policy's parameters when grad mode is on.
+    """
 
     spec: PolicySpec
+    imagine_with_grad: bool = False
 
     def initial_state(self, batch_size: int) -> State:
         """Recurrent policy state (empty for feed-forward policies)."""

@@ -27,7 +27,9 @@ FEATURES = 8
 
 
 def tiny(**update: object) -> DreamerSpec:
-    return PRESETS["tiny"].model_copy(update=update)
+    """The tiny preset; REINFORCE for continuous actions too unless ``actor_grad`` is given (these
+    tests build trajectories by hand, without a world model to backpropagate through)."""
+    return PRESETS["tiny"].model_copy(update={"actor_grad": "reinforce", **update})
 
 
 def trajectory(policy: DreamerPolicy, H: int = 4, B: int = 16, seed: int = 0) -> Trajectory:

@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-import os
+import gymnasium as gym
+import numpy as np
+import pytest
+from mujoco_rendering import require_rendering
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco/dm_control are imported
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-try:
-    import memory_maze  # noqa: F401  (its __init__ also needs the legacy gym package)
-except Exception as err:  # ImportError, or dm_control rejecting MUJOCO_GL
-    pytest.skip(f"memory_maze does not import: {err}", allow_module_level=True)
-
-
-def _can_render() -> bool:
-    from dm_control import mujoco
-
-    try:
-        mujoco.Physics.from_xml_string("<mujoco><worldbody/></mujoco>").render(16, 16)
-    except Exception:
-        return False
-    return True
-
-
-if not _can_render():
-    pytest.skip(
-        f"no OpenGL rendering with MUJOCO_GL={os.environ['MUJOCO_GL']}", allow_module_level=True
-    )
+require_rendering("memory_maze")  # its __init__ also needs the legacy gym package
 
 from wmzoo.envs.plugin import wmzoo_envs  # noqa: E402
 from wmzoo.errors import UnknownNameError  # noqa: E402

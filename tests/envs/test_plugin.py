@@ -24,7 +24,7 @@ def entry(name: str) -> EnvEntry:
 def test_entries_and_extras() -> None:
     entries = {e.name: e for e in wmzoo_envs()}
     assert set(entries) == {
-        "atari-*", "crafter", "minigrid-*", "babyai-*", "libero-*",
+        "atari-*", "crafter", "minigrid-*", "babyai-*", "libero-*", "dmc-*",
         "memory-maze-9x9", "memory-maze-11x11", "memory-maze-13x13", "memory-maze-15x15",
         # the s4wm paper's memory tasks (section 5)
         "two-rooms", "four-rooms", "ten-rooms",
@@ -39,6 +39,8 @@ def test_entries_and_extras() -> None:
     assert entries["minigrid-*"].requires == ("minigrid",) == entries["babyai-*"].requires
     assert entries["memory-maze-13x13"].extra == "memory-maze"
     assert entries["libero-*"].requires == ("libero",) and entries["libero-*"].extra == "libero"
+    assert entries["dmc-*"].extra == "dmc" and set(entries["dmc-*"].requires) == {"dm_control", "mujoco"}
+    assert len(entries["dmc-*"].examples) == 20 and "dmc-walker-walk" in entries["dmc-*"].examples
     assert set(entries["memory-maze-13x13"].requires) == {"memory_maze", "gym", "dm_control"}
     for e in entries.values():
         assert e.description
@@ -59,13 +61,14 @@ def test_entries_and_extras() -> None:
         ("memory-maze", "memory-maze-9x9"),
         ("memory-maze-9x9", "memory-maze-9x9"),
         ("memory-maze-15x15", "memory-maze-15x15"),
+        ("dmc-walker-walk", "dmc-*"),
     ],
 )
 def test_matches_family_and_alias(name: str, expected: str) -> None:
     assert entry(name).name == expected
 
 
-@pytest.mark.parametrize("name", ["atari-", "minigrid-", "crafter-x", "memory-maze-10x10", "pong"])
+@pytest.mark.parametrize("name", ["atari-", "minigrid-", "crafter-x", "memory-maze-10x10", "pong", "dmc-"])
 def test_no_entry_matches(name: str) -> None:
     assert not [e for e in wmzoo_envs() if e.matches(name)]
 
@@ -98,6 +101,8 @@ def test_plugin_import_is_cheap() -> None:
         ("memory-maze", "memory_maze", "memory-maze"),
         ("memory-maze-11x11", "gym", "memory-maze"),
         ("libero-spatial", "libero", "libero"),
+        ("dmc-walker-walk", "dm_control", "dmc"),
+        ("dmc-cartpole-balance", "mujoco", "dmc"),
     ],
 )
 def test_missing_dependency(

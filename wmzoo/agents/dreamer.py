@@ -5,8 +5,16 @@ Hafner, Pasukonis, Ba, Lillicrap. *Mastering Diverse Domains through World Model
 features ``s_t`` (1-D, detached: no gradient reaches the world model):
 
 - actor ``π(a_t | s_t)``: a categorical with 1 % uniform mixture for discrete actions; for
-  continuous ones a Normal with ``tanh`` mean and std in ``[0.1, 1]``, samples clipped to ``[-1, 1]``.
-  Trained with REINFORCE on normalised advantages plus an entropy bonus (eq. 10–12).
+  continuous ones a Normal with ``tanh`` mean and std in ``[0.1, 1]``, samples clipped to ``[-1, 1]``
+  (the clip passes a gradient scaled by ``1 / |a|``, as the official RSSM's ``action_clip``).
+  Trained on normalised advantages plus an entropy bonus (eq. 10–12), by ``actor_grad``:
+  ``reinforce`` (the score function ``ln π(a_t | s_t)`` times the advantage) or ``backprop``
+  (dynamics backpropagation: the advantage itself, differentiated through the backbone's
+  imagined steps into the reparameterised actions; world-model parameters are not updated).
+  ``auto`` (the default) follows the first release of the official code (January 2023, with the
+  paper's first version: ``actor_grad_disc: reinforce``, ``actor_grad_cont: backprop``):
+  REINFORCE for discrete actions, backprop for continuous ones. The code's 2024 revision (with the
+  paper's revised version) uses REINFORCE for both: ``actor_grad=reinforce``.
 - critic ``v(s_t)``: symlog two-hot over 255 bins (zero-initialised output, so values start at 0),
   trained toward λ-returns (eq. 7–8) and regularised toward a slow EMA copy of itself.
 
@@ -16,7 +24,7 @@ Module order: spec → policy → presets → plugin hook.
 from __future__ import annotations
 
 import copy
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from pydantic import Field, ValidationInfo, field_validator
@@ -24,8 +32,9 @@ from torch import Tensor, nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from wmzoo.agents.returns import PercentileNormalizer, lambda_returns
-from wmzoo.errors import WmzooError
+from wmzoo.errors import SpecError, WmzooError
 from wmzoo.hookspecs import PolicyEntry, hookimpl
+from wmzoo.imagination import frozen
 from wmzoo.interfaces import EnvInfo, Policy, State, Trajectory
 from wmzoo.nn import MLP, TwoHot, unimix_logits
 from wmzoo.optim import Optimizer
@@ -42,6 +51,11 @@ class DreamerSpec(PolicySpec):
     gamma: float = Field(0.997, gt=0, le=1, description="discount γ (DreamerV3: 1 − 1/333)")
     lam: float = Field(0.95, ge=0, le=1, description="λ of the λ-returns")
     entropy: float = Field(3e-4, ge=0, le=1, description="actor entropy bonus η")
+    actor_grad: Literal["auto", "reinforce", "backprop"] = Field(
+        "auto", description="actor gradient: REINFORCE, or backprop through the imagined dynamics "
+        "(continuous actions only); auto: REINFORCE for discrete, backprop for continuous actions "
+        "(DreamerV3's first release)",
+    )
     units: int = Field(512, ge=1, le=8192, description="hidden units of the actor and critic MLPs")
     layers: int = Field(2, ge=0, le=16, description="hidden layers of the actor and critic MLPs")
     unimix: float = Field(0.01, ge=0, lt=1, description="uniform mixture of discrete action probabilities")
@@ -97,6 +111,10 @@ class DreamerPolicy(Policy):
         super().__init__()
         self.spec = spec
         self.env = env
+        if spec.actor_grad == "backprop" and env.discrete:
+            raise SpecError(f"policy.actor_grad=backprop needs continuous actions; env {env.name!r} has "
+                            "discrete ones (use reinforce or auto)")
+        self.imagine_with_grad = not env.discrete and spec.actor_grad != "reinforce"
         outputs = env.num_actions if env.discrete else 2 * env.num_actions  # logits, or mean and std
         self.actor = self.network(tuple(feature_shape), outputs)
         self.critic = self.network(tuple(feature_shape), spec.critic_bins, zero_init=True)
@@ -133,19 +151,23 @@ class DreamerPolicy(Policy):
         """The critic's expected return ``v(s)`` (two-hot mean), ``[...]``."""
         return TwoHot(self.critic(features)).mean()
 
-    @torch.no_grad()
     def act(
         self, features: Tensor, state: State, sample: bool = True, temperature: float = 1.0
     ) -> tuple[Tensor, State]:
         """int64 indices ``[B]`` (discrete) or float ``[B, A]`` in ``[-1, 1]``; greedy: mode / mean;
-        ``temperature`` divides the logits or multiplies the standard deviation."""
-        dist = self.dist(features)
-        if self.env.discrete:
-            action = Categorical(logits=dist.logits / temperature).sample() if sample else dist.logits.argmax(-1)
-        else:
-            normal = dist.base_dist  # type: ignore[attr-defined]
-            noisy = Normal(normal.loc, normal.scale * temperature).sample()
-            action = noisy.clamp(-1.0, 1.0) if sample else dist.mean
+        ``temperature`` divides the logits or multiplies the standard deviation. Continuous
+        samples are reparameterised, so under grad mode (dynamics backpropagation) they carry the
+        actor's gradient; otherwise no graph is kept."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.imagine_with_grad):
+            dist = self.dist(features)
+            if self.env.discrete:
+                action = Categorical(logits=dist.logits / temperature).sample() if sample else dist.logits.argmax(-1)
+            elif sample:
+                normal = dist.base_dist  # type: ignore[attr-defined]
+                noisy = Normal(normal.loc, normal.scale * temperature).rsample()
+                action = noisy / noisy.detach().abs().clamp(min=1.0)  # clipped to [-1, 1], gradient / |a|
+            else:
+                action = dist.mean
         return action, state
 
     def losses(self, trajectory: Trajectory) -> tuple[Tensor, Tensor, dict[str, float]]:
@@ -155,6 +177,10 @@ class DreamerPolicy(Policy):
 
             actor  = −mean_{t<H} w_t (sg((R_t − v_t) / max(1, S)) ln π(a_t | s_t) + η H[π(· | s_t)])
             critic = −mean_{t<H} w_t (ln p_v(sg(R_t) | s_t) + slow_reg · ln p_v(sg(v_slow(s_t)) | s_t))
+
+        With dynamics backpropagation (``imagine_with_grad``) the actor's first term is
+        ``(R_t − v_t) / max(1, sg(S))`` itself, differentiated through ``trajectory`` (imagined
+        with gradients): :meth:`backprop_advantages`.
         """
         features = trajectory.features.detach()
         horizon, batch = trajectory.rewards.shape
@@ -178,7 +204,11 @@ class DreamerPolicy(Policy):
         policy = self.dist(features[:-1])
         entropy = policy.entropy()
         log_prob = policy.log_prob(trajectory.actions.detach())
-        actor_loss = -(weights * (advantages * log_prob + self.spec.entropy * entropy)).mean()
+        if self.imagine_with_grad:
+            objective = self.backprop_advantages(trajectory, scale)
+        else:
+            objective = advantages * log_prob
+        actor_loss = -(weights * (objective + self.spec.entropy * entropy)).mean()
 
         critic = TwoHot(critic_logits[:-1])
         fit = critic.log_prob(returns) + self.spec.slow_reg * critic.log_prob(slow_values)
@@ -194,6 +224,24 @@ class DreamerPolicy(Policy):
             "advantage_std": advantages.std(correction=0).item(),
         }
         return actor_loss, critic_loss, metrics
+
+    def backprop_advantages(self, trajectory: Trajectory, scale: Tensor) -> Tensor:
+        """``(R_t − v(s_t)) / max(1, S)`` ``[H, B]`` with the gradient of the imagined rewards
+        and features (DreamerV3's first release, ``ImagActorCritic.loss`` with ``backprop``: the
+        λ-return ``R_t`` of the imagined rewards and critic values, minus the critic's value of
+        ``s_t``, both functions of the actions before ``t``); the continues and ``S`` are
+        constants. One line when the backbone's imagination carries no gradient."""
+        if not (trajectory.rewards.requires_grad or trajectory.features.requires_grad):
+            raise WmzooError(
+                f"policy.actor_grad={self.spec.actor_grad}: the imagined trajectory carries no gradient, "
+                "so the backbone's imagine_step is not differentiable in the action; set policy.actor_grad=reinforce"
+            )
+        with frozen(self.critic):  # the gradient passes through the critic to the features only
+            values = TwoHot(self.critic(trajectory.features)).mean()
+        returns = lambda_returns(
+            trajectory.rewards, trajectory.conts.detach(), values, self.spec.gamma, self.spec.lam
+        )
+        return (returns - values[:-1]) / scale
 
     def learn(self, trajectory: Trajectory) -> dict[str, float]:
         """An actor step, a critic step, then the slow critic EMA ``θ_slow ← d θ_slow + (1 − d) θ``."""
@@ -241,7 +289,8 @@ def wmzoo_policies() -> list[PolicyEntry]:
             spec=DreamerSpec,
             presets=PRESETS,
             build=DreamerPolicy,
-            description="DreamerV3 actor-critic: REINFORCE actor on percentile-normalised λ-return "
-            "advantages, two-hot critic regularised toward a slow EMA critic",
+            description="DreamerV3 actor-critic: actor on percentile-normalised λ-return advantages "
+            "(REINFORCE for discrete actions, backprop through the imagined dynamics for continuous ones), "
+            "two-hot critic regularised toward a slow EMA critic",
         )
     ]

@@ -33,6 +33,15 @@ MINIGRID_EXAMPLES = (
 
 LIBERO_SUITES = ("libero-spatial", "libero-object", "libero-goal", "libero-10", "libero-90")
 
+# The 20 tasks of DreamerV3's DMC Vision benchmark (its published scores,
+# scores/data/dmcvision_dreamerv3.json in github.com/danijar/dreamerv3), as dmc-<these>.
+DMC_VISION_TASKS = (
+    "acrobot-swingup", "cartpole-balance", "cartpole-balance-sparse", "cartpole-swingup",
+    "cartpole-swingup-sparse", "cheetah-run", "cup-catch", "finger-spin", "finger-turn-easy",
+    "finger-turn-hard", "hopper-hop", "hopper-stand", "pendulum-swingup", "quadruped-run",
+    "quadruped-walk", "reacher-easy", "reacher-hard", "walker-run", "walker-stand", "walker-walk",
+)  # fmt: skip
+
 BABYAI_EXAMPLES = (
     "babyai-goto-red-ball-grey",
     "babyai-goto-local",
@@ -58,7 +67,7 @@ def _lazy_make(module: str) -> Callable[..., gymnasium.Env]:
 @hookimpl
 def wmzoo_envs() -> list[EnvEntry]:
     """Atari (family ``atari-*``), Crafter, MiniGrid (families ``minigrid-*``, ``babyai-*``),
-    LIBERO (``libero-*``) and Memory Maze."""
+    the DeepMind Control Suite (``dmc-*``), LIBERO (``libero-*``) and Memory Maze."""
     memory_maze = _lazy_make("memory_maze")
     return [
         EnvEntry(
@@ -94,6 +103,16 @@ def wmzoo_envs() -> list[EnvEntry]:
             description="BabyAI levels: language missions (info['mission']), the 7x7 partial view as RGB, "
             "7 actions; an expert (BabyAIBot) that wmzoo data generate records",
             examples=BABYAI_EXAMPLES,
+        ),
+        EnvEntry(
+            name="dmc-*",
+            make=_lazy_make("dmc"),
+            requires=("mujoco", "dm_control"),
+            extra="dmc",
+            description="DeepMind Control Suite from 64x64 pixels, DreamerV3's protocol: action repeat 2, "
+            "continuous actions in [-1, 1] rescaled to the task's bounds, 500-step episodes "
+            "(MuJoCo, needs OpenGL: MUJOCO_GL=egl)",
+            examples=tuple(f"dmc-{task}" for task in DMC_VISION_TASKS),
         ),
         EnvEntry(
             name="libero-*",

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from wmzoo.device import autocast, compile_world_model, float32, resolve_device
 from wmzoo.errors import SpecError, WmzooError
-from wmzoo.imagination import imagine
+from wmzoo.imagination import frozen, imagine
 from wmzoo.interfaces import (
     Batch, EnvInfo, State, TrainOutput, Trajectory, WorldModel, index_state, reset_state,
 )
@@ -89,14 +89,16 @@ class Agent(nn.Module):
     ) -> dict[str, float]:
         """Imagine from the world-model batch's start states (``out``), or from the last steps of
         the policy's own ``segments`` (``policy.segment > 0``), and let the policy learn."""
-        with self.autocast():
-            trajectory = self._imagine_for_policy(out, generator, segments)
+        grad = self.policy.imagine_with_grad  # the policy's gradient flows through the dynamics,
+        freeze = frozen(self.world_model) if grad else contextlib.nullcontext()  # which it never updates
+        with self.autocast(), freeze:
+            trajectory = self._imagine_for_policy(out, generator, segments, grad)
             metrics = self.policy.learn(float32(trajectory))
-        metrics["imagined_reward"] = float(trajectory.rewards.float().mean())
+        metrics["imagined_reward"] = float(trajectory.rewards.detach().float().mean())
         return {f"policy/{k}": v for k, v in metrics.items()}
 
-    def _imagine_for_policy(self, out: TrainOutput, generator: torch.Generator | None, segments: Batch | None
-                            ) -> Trajectory:
+    def _imagine_for_policy(self, out: TrainOutput, generator: torch.Generator | None, segments: Batch | None,
+                            grad: bool = False) -> Trajectory:
         if segments is not None:
             self.world_model.eval()
             with torch.no_grad():
@@ -116,7 +118,7 @@ class Agent(nn.Module):
         self.world_model.eval()
         return imagine(
             self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont,
-            policy_state=pstate,
+            policy_state=pstate, grad=grad,
         )
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
