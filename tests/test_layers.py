@@ -18,7 +18,8 @@ The graph is read from the source with :mod:`ast`, without importing anything:
   re-exporting package a cycle.
 
 Rules: (a) the graph of ``wmzoo.*`` modules has no cycle; (b) only the trainer itself
-(``wmzoo.train``), evaluation (``wmzoo.eval``, which loads trained agents), studies (``wmzoo.study``, which run and read runs) and the CLI import
+(``wmzoo.train``), evaluation (``wmzoo.eval``, which loads trained agents), studies (``wmzoo.study``, which run and read runs), the bench
+(``wmzoo.bench``, which times the trainer's own Agent) and the CLI import
 ``wmzoo.train`` or ``wmzoo.cli`` (anything under them), directly or through other modules: in
 particular no module under ``plugins/`` or ``wmzoo/nn/`` does, nor the data layer
 (``wmzoo.data``); (c) no module imports ``wmzoo.cli``.
@@ -37,7 +38,7 @@ SOURCES = (("wmzoo", "wmzoo"), ("plugins", "wmzoo_plugins"))
 """Folders of the repository and the package names their files install as."""
 TRAINER = ("wmzoo.train", "wmzoo.cli")
 """The top layers: the trainer and the CLI (the modules and everything under them)."""
-ABOVE_THE_TRAINER = ("wmzoo.train", "wmzoo.eval", "wmzoo.study", "wmzoo.cli")
+ABOVE_THE_TRAINER = ("wmzoo.train", "wmzoo.eval", "wmzoo.study", "wmzoo.bench", "wmzoo.cli")
 """What may import :data:`TRAINER`; everything else, plugins included, sits below it."""
 
 

@@ -290,7 +290,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from wmzoo import distributed
     from wmzoo.config import check_fits_in_memory, run_spec
-    from wmzoo.device import resolve_device
+    from wmzoo.device import device_name, resolve_device
     from wmzoo.train.imitation import train_imitation
     from wmzoo.train.loop import train_offline, train_online
 
@@ -313,7 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _check_parallel(run, nproc, logdir, resume=True)
         if nproc > distributed.launched():
             return _launch(nproc, argv_of(args))
-        distributed.setup(run.train.device)
+        distributed.setup(device_name(run.train.device))
         quiet = quiet and distributed.is_main()
         if imitation:
             path = train_imitation(run, data, logdir, updates=run.train.steps, resume=True, show_progress=quiet)
@@ -337,7 +337,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_parallel(run, nproc, logdir, resume=False)
     if nproc > distributed.launched():
         return _launch(nproc, argv_of(args))
-    distributed.setup(run.train.device)
+    distributed.setup(device_name(run.train.device))
     quiet = quiet and distributed.is_main()
     if args.imitation:
         path = train_imitation(run, Path(args.imitation), logdir, updates=run.train.steps, show_progress=quiet)

@@ -53,13 +53,12 @@ def launched() -> int:
 
 
 def setup(device: str) -> None:
-    """Join the process group torchrun describes (``env://``): NCCL for a CUDA ``device``, gloo
-    otherwise; each rank on GPU ``LOCAL_RANK``. Nothing when not under torchrun."""
+    """Join the process group torchrun describes (``env://``): NCCL for a CUDA ``device`` (a
+    concrete name: :func:`wmzoo.device.device_name` makes ``auto`` one), gloo otherwise; each rank
+    on GPU ``LOCAL_RANK``. Nothing when not under torchrun."""
     if launched() <= 1 or dist.is_initialized():
         return
-    from wmzoo.device import device_name
-
-    cuda = torch.device(device_name(device)).type == "cuda"
+    cuda = torch.device(device).type == "cuda"
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo")

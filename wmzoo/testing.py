@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from wmzoo.bench.harness import synthetic_batch
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel
 from wmzoo.config import run_presets
@@ -31,6 +30,24 @@ def _check_state(state: State, batch: int, where: str) -> None:
     for key, value in state.items():
         assert isinstance(value, torch.Tensor), f"{where}: state[{key!r}] is not a tensor"
         assert value.shape[0] == batch, f"{where}: state[{key!r}] has batch {value.shape[0]}, expected {batch}"
+
+
+def synthetic_batch(env: EnvInfo, batch: int, seq_len: int, device: torch.device, seed: int = 0) -> Batch:
+    """Random frames, actions and rewards of ``env``'s shape; episodes start at column 0."""
+    g = torch.Generator().manual_seed(seed)
+    if env.discrete:
+        action = torch.randint(env.num_actions, (batch, seq_len), generator=g)
+    else:
+        action = torch.rand(batch, seq_len, env.num_actions, generator=g) * 2 - 1
+    is_first = torch.zeros(batch, seq_len, dtype=torch.bool)
+    is_first[:, 0] = True
+    return Batch(
+        obs=torch.randint(0, 256, (batch, seq_len, *env.obs_shape), dtype=torch.uint8, generator=g),
+        action=action,
+        reward=torch.randn(batch, seq_len, generator=g),
+        terminal=torch.rand(batch, seq_len, generator=g) < 0.001,
+        is_first=is_first,
+    ).to(device)
 
 
 def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int = 6, horizon: int = 4) -> TrainOutput:

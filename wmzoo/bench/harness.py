@@ -64,6 +64,7 @@ from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, WorldModel, map_state
 from wmzoo.registry import default_registry, env_info, make_env, policy_spec, world_model_spec
 from wmzoo.specs import PolicySpec, RunSpec, TrainSpec, WorldModelSpec, parse_override, set_path, validate
+from wmzoo.testing import synthetic_batch
 
 if TYPE_CHECKING:
     from wmzoo.train.agent import Agent
@@ -136,24 +137,6 @@ class RssSampler:
 def _rss_mb() -> float:
     with open(f"/proc/{os.getpid()}/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def synthetic_batch(env: EnvInfo, batch: int, seq_len: int, device: torch.device, seed: int = 0) -> Batch:
-    """Random frames, actions and rewards of ``env``'s shape; episodes start at column 0."""
-    g = torch.Generator().manual_seed(seed)
-    if env.discrete:
-        action = torch.randint(env.num_actions, (batch, seq_len), generator=g)
-    else:
-        action = torch.rand(batch, seq_len, env.num_actions, generator=g) * 2 - 1
-    is_first = torch.zeros(batch, seq_len, dtype=torch.bool)
-    is_first[:, 0] = True
-    return Batch(
-        obs=torch.randint(0, 256, (batch, seq_len, *env.obs_shape), dtype=torch.uint8, generator=g),
-        action=action,
-        reward=torch.randn(batch, seq_len, generator=g),
-        terminal=torch.rand(batch, seq_len, generator=g) < 0.001,
-        is_first=is_first,
-    ).to(device)
 
 
 def parse_backbones(text: str, default_preset: str) -> list[tuple[str, str, str]]:
