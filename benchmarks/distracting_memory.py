@@ -45,6 +45,7 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -147,64 +148,67 @@ def gate(checkpoint: Path, data: Path) -> dict:
     return result
 
 
-def cue_labels(data: Path, split: str) -> tuple[list[Path], np.ndarray]:
-    """The split's episode files (by index) and each one's cue colour, read from the env reset
-    with the episode's seed (``wmzoo data generate``: episode ``i`` is reset with ``seed + i``;
-    the reset frame is checked against the file's first row)."""
-    from wmzoo.data.dataset import Manifest
-    from wmzoo.registry import make_env
+def indexed_episodes(data: Path, split: str, limit: int | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """``(index, episode)`` of the split's episodes in order, each file checked against the
+    manifest by :func:`wmzoo.data.dataset.iter_episodes`; ``index`` is the episode's place in the
+    dataset (``wmzoo data generate`` resets episode ``i`` with ``seed + i``)."""
+    from wmzoo.data.dataset import Manifest, iter_episodes
 
-    manifest = Manifest.read(data)
-    env = make_env(ENV, size=manifest.args.size)
-    files, labels = [], []
-    for index, entry in sorted(manifest.files.items()):
-        if entry.split != split:
-            continue
-        obs, _ = env.reset(seed=manifest.args.seed + index)
-        with np.load(data / entry.file) as episode:
-            if not np.array_equal(obs, episode["obs"][0]):
-                fail(f"{data / entry.file}: its first frame is not the env's reset with seed "
-                     f"{manifest.args.seed + index}; the cue probe cannot label it")
-        files.append(data / entry.file)
-        labels.append(env.unwrapped.cue)
-    colours = sorted(set(labels))
-    return files, np.asarray([colours.index(c) for c in labels])
+    indices = [i for i, entry in sorted(Manifest.read(data).files.items()) if entry.split == split][:limit]
+    return zip(indices, iter_episodes(data, split, limit), strict=True)
 
 
 def cue_probe(checkpoint: Path, data: Path, train_episodes: int = 600, batch: int = 100) -> dict:
     """A linear probe of the cue's colour from the features after the last context row (the
-    training form's filter over rows ``0 .. context - 1``): multinomial logistic regression on
+    training form's filter over the context rows): multinomial logistic regression on
     standardised features of ``train_episodes`` train episodes (L2 1e-2), accuracy on the test split, beside
-    the majority class's share. Written to ``<run>/evaluate/cue_probe.json``."""
+    the majority class's share. Each episode's cue is read from the env reset with its seed (the
+    reset frame checked against the episode's first row). Written to ``<run>/evaluate/cue_probe.json``."""
     import torch
 
+    from wmzoo.data.dataset import Manifest
+    from wmzoo.envs.memory_tasks_2d import SQUARE_COLOURS
     from wmzoo.eval.rollout import load_agent
     from wmzoo.interfaces import Batch
+    from wmzoo.registry import make_env
 
     result_path = checkpoint.parent / "evaluate" / "cue_probe.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
     wm = load_agent(checkpoint).world_model.eval()
-    context = EPISODE_ROWS - 51
+    manifest = Manifest.read(data)
+    context, seed = manifest.context_length, manifest.args.seed
+    env = make_env(ENV, size=manifest.args.size)
 
-    def features(files: list[Path]) -> torch.Tensor:
-        out = []
-        for i in range(0, len(files), batch):
-            rows = [dict(np.load(f)) for f in files[i : i + batch]]
-            fields = {k: torch.as_tensor(np.stack([r[k][:context] for r in rows])) for k in ("obs", "action", "reward", "terminal", "is_first")}
-            with torch.no_grad():
-                state = wm.observe_sequence(Batch(**fields)).state
-                out.append(wm.features(state).flatten(1).float())
-        return torch.cat(out)
+    def features(rows: list[dict[str, np.ndarray]]) -> torch.Tensor:
+        fields = {k: torch.as_tensor(np.stack([r[k][:context] for r in rows]))
+                  for k in ("obs", "action", "reward", "terminal", "is_first")}
+        with torch.no_grad():
+            return wm.features(wm.observe_sequence(Batch(**fields)).state).flatten(1).float()
 
-    train_files, train_y = cue_labels(data, "train")
-    test_files, test_y = cue_labels(data, "test")
-    x_train, x_test = features(train_files[:train_episodes]), features(test_files)
-    y_train, y_test = torch.as_tensor(train_y[:train_episodes]), torch.as_tensor(test_y)
+    def labelled(split: str, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The split's features after the context, ``batch`` episodes at a time, and cue colours."""
+        out, labels, rows = [], [], []
+        for index, episode in indexed_episodes(data, split, limit):
+            obs, _ = env.reset(seed=seed + index)
+            if not np.array_equal(obs, episode["obs"][0]):
+                fail(f"{split} episode {index} of {data}: its first frame is not the env's reset with seed "
+                     f"{seed + index}; the cue probe cannot label it")
+            labels.append(SQUARE_COLOURS.index(env.unwrapped.cue))
+            rows.append(episode)
+            if len(rows) == batch:
+                out.append(features(rows))
+                rows = []
+        if rows:
+            out.append(features(rows))
+        return torch.cat(out), torch.as_tensor(labels)
+
+    x_train, y_train = labelled("train", train_episodes)
+    x_test, y_test = labelled("test")
     mean, std = x_train.mean(0), x_train.std(0).clamp(min=1e-6)
     x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
     torch.manual_seed(0)
-    probe = torch.nn.Linear(x_train.shape[1], int(max(train_y.max(), test_y.max())) + 1)
+    probe = torch.nn.Linear(x_train.shape[1], len(SQUARE_COLOURS))
     optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=300, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
@@ -218,7 +222,7 @@ def cue_probe(checkpoint: Path, data: Path, train_episodes: int = 600, batch: in
         accuracy = float((probe(x_test).argmax(-1) == y_test).float().mean())
         train_accuracy = float((probe(x_train).argmax(-1) == y_train).float().mean())
     result = {"cue_probe_accuracy": accuracy, "cue_probe_train_accuracy": train_accuracy,
-              "majority_share": float(np.bincount(test_y).max() / len(test_y)),
+              "majority_share": float(torch.bincount(y_test).max() / len(y_test)),
               "train_episodes": len(y_train), "test_episodes": len(y_test), "context_rows": context}
     result_path.parent.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=1) + "\n")
@@ -229,28 +233,23 @@ def relabel(source: Path, target: Path) -> Path:
     """The memoryless control's dataset: ``source``'s episodes with the ending transition's reward
     1 when its move is *up* and 0 otherwise (every other reward stays 0), written as a dataset of
     its own (same splits, checksums, manifest naming its source). Reused when complete."""
-    from wmzoo.data.dataset import Manifest, sha256, write_env_info
+    from wmzoo.data.dataset import Manifest, write_env_info
     from wmzoo.data.generate import write_episode_file
 
     if (target / "manifest.json").is_file() and Manifest.read(target).complete:
         return target
     manifest = Manifest.read(source)
     files = {}
-    for index, entry in sorted(manifest.files.items()):
-        path = source / entry.file
-        if sha256(path) != entry.sha256:
-            fail(f"{path}: its checksum differs from {source}/manifest.json; regenerate the dataset")
-        with np.load(path) as episode:
-            data = {k: episode[k] for k in episode.files}
-        ending = len(data["reward"]) - 2  # the last transition leaves the second-to-last row
-        data["reward"] = np.zeros_like(data["reward"])
-        data["reward"][ending] = float(data["action"][ending] == UP)
-        files[index] = write_episode_file(target, manifest.args, index, data)
+    for split in (split for split, count in manifest.counts.items() if count):
+        for index, data in indexed_episodes(source, split):
+            ending = len(data["reward"]) - 2  # the last transition leaves the second-to-last row
+            data["reward"] = np.zeros_like(data["reward"])
+            data["reward"][ending] = float(data["action"][ending] == UP)
+            files[index] = write_episode_file(target, manifest.args, index, data)
+        write_env_info(target / split, manifest.env_info)
     control = Manifest(manifest.args, manifest.policy, manifest.env_info, manifest.context_length,
                        manifest.query_length, files, {"relabelled_from": str(source.resolve()),
                                                       "reward": "the ending transition's: 1 when its move is up"})
-    for split in manifest.counts:
-        write_env_info(target / split, manifest.env_info)
     control.write(target)
     return target
 

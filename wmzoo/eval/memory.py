@@ -262,14 +262,8 @@ def reward_auc(score: np.ndarray, positive: np.ndarray) -> float | None:
     n_neg = positive.size - n_pos
     if not n_pos or not n_neg:
         return None
-    order = np.argsort(score, kind="mergesort")
-    ranks = np.empty(score.size)
-    sorted_scores = score[order]
-    start = 0
-    for end in range(1, score.size + 1):  # average ranks over ties
-        if end == score.size or sorted_scores[end] != sorted_scores[start]:
-            ranks[order[start:end]] = (start + end + 1) / 2
-            start = end
+    _, group, counts = np.unique(score, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[group]  # 1-based, tied scores share their mean rank
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
