@@ -9,15 +9,25 @@ Steps, each through the CLI a user would run (so the report tests the library as
 1. ``wmzoo data generate --env distracting-memory-100 --episodes N --size 40`` (2,000 / 200 / 200
    episodes at the default 2,400);
 2. ``wmzoo run --offline DATA`` for each backbone at its ``small`` preset with the paper's
-   objective (KL balancing 0.8, no free nats) and a 3-stage CNN for 40×40, on windows aligned to
+   objective (KL balancing 0.8, no free nats), one learning rate for all three, 1e-3 (S4WM's in
+   table 8; *deviation*: RSSM-TBTT's is 3e-4 and TSSM-XL's 1e-4 there, which at this budget —
+   under 1 % of the paper's 100 epochs of 8K episodes — left RSSM-TBTT at Recon. MSE 15.2 and
+   TSSM-XL at 20.8 at the gate against 4.1 for RSSM-TBTT at 1e-3), and a 3-stage CNN for 40×40, on windows aligned to
    the 250-row episodes (``train.windows=episodes``): S4WM on whole episodes, TSSM-XL on two
    segments of 125 with a 128-step cache, RSSM-TBTT on five TBTT segments of 50 (s4wm table 8);
 3. **the gate** at ``--gate-frames`` (0.5M): each run is evaluated (``wmzoo evaluate --protocol
    imagination`` and ``reward`` on the test split) before it trains on; it passes when it
    reconstructs better than half the mean-frame baseline (``recon_mse < mean_frame_mse / 2``) and
-   uses its latent classes (``latent_perplexity >=`` :data:`MIN_PERPLEXITY`: the first runs'
-   posteriors had collapsed to 1–3 classes). If one fails the script stops there (exit 1) with the
-   gate's table: fix the learning before spending the budget (``--past-gate`` goes on anyway);
+   its posterior carries information the prior does not: KL(q ‖ p), the rate, at least
+   :data:`MIN_RATE` nats per step (the mean of the logged ``kl`` over the last tenth of the updates
+   up to the gate, :func:`rate`). A collapsed latent has a rate of 0 — the first runs sat at
+   0.00–0.03 nats for their first 300–600 updates while their reconstruction stayed at the mean
+   frame. The class perplexity (``latent_perplexity``) is reported beside it but decides nothing:
+   the models that reconstruct best (Recon. MSE 4.1–4.3 of the mean frame's 33) use 2.7–3.0 classes
+   per group: little in this task's frames is not predicted by the past (the distractors' colours,
+   the cue), and a few classes per group hold it. If one fails
+   the script stops there (exit 1) with the gate's table: fix the learning before spending the
+   budget (``--past-gate`` goes on anyway);
 4. **the memoryless control** (``--control``): the same data with the ending's reward relabelled
    to depend on the last move only (1 when it is *up*, :func:`relabel`), the same budget up to the
    gate: a backbone that cannot learn this cannot be asked about memory;
@@ -56,7 +66,7 @@ EPISODE_ROWS = 250  # 199 context + 51 query observations
 FRAMES_PER_UPDATE = 500  # rows every update trains on, for every backbone
 WARMUP = 50  # learning-rate warm-up in updates, the same for every backbone
 GATE_FRAMES = 500_000  # the gate: each run must have learnt to see by here
-MIN_PERPLEXITY = 4.0  # classes per latent group the gate asks a model to use (small: of 16)
+MIN_RATE = 1.0  # nats of KL(q ‖ p) per step the gate asks of a posterior (DreamerV3's free bits)
 UP = 3  # the actions are right, down, left, up (MiniGrid's directions)
 GATE_EPISODES = 100  # test episodes the gate's imagination protocol decodes
 # backbone -> (label, training segment length, extra --set overrides)
@@ -67,7 +77,7 @@ BACKBONES = {
 }
 COMMON = [
     "train.image_size=40", "model.cnn_stages=3", "model.cnn_depth=16", "train.windows=episodes",
-    "model.kl.balance=0.8", "model.kl.free=0.0", "train.log_every=10",
+    "model.kl.balance=0.8", "model.kl.free=0.0", "model.optim.lr=0.001", "train.log_every=10",
 ]
 PAPER = {  # s4wm table 2, width 100: (inference, imagination) accuracy in %
     "RSSM-TBTT": (47.9, 49.6),
@@ -135,17 +145,29 @@ def evaluate(checkpoint: Path, data: Path, protocol: str = "reward", out: Path |
     return json.loads(result.read_text())
 
 
-def gate(checkpoint: Path, data: Path) -> dict:
-    """The gate's readings of a run at the gate (evaluated once, in ``<run>/gate``)."""
+def gate(checkpoint: Path, data: Path, protocol: str = "reward") -> dict:
+    """The gate's readings of a run at the gate (evaluated once, in ``<run>/gate``): the imagination
+    protocol's and ``protocol``'s (the task's accuracies)."""
     out = checkpoint.parent / "gate"
     seen = evaluate(checkpoint, data, "imagination", out, GATE_EPISODES)
-    reward = evaluate(checkpoint, data, "reward", out)
+    reward = evaluate(checkpoint, data, protocol, out)
     keys = ("recon_mse", "mean_frame_mse", "gen_mse", "latent_perplexity", "latent_classes")
     result = {**{k: seen.get(k) for k in keys}, **{k: v for k, v in reward.items() if "accuracy" in k or "auc" in k},
               "updates": updates_done(checkpoint)}
+    result["kl_rate"] = rate(checkpoint.parent / "tb", result["updates"])
     result["sees"] = result["recon_mse"] < result["mean_frame_mse"] / 2
-    result["uses_latent"] = (result["latent_perplexity"] or 0) >= MIN_PERPLEXITY
+    result["uses_latent"] = result["kl_rate"] >= MIN_RATE
     return result
+
+
+def rate(tb: Path, updates: int) -> float:
+    """The posterior's rate at ``updates``: the mean logged ``kl`` (KL(q ‖ p) summed over the
+    latent groups, nats per step) over the last tenth of the updates up to ``updates`` (0 when the
+    run logged none there)."""
+    from wmzoo.study.report import scalars
+
+    window = [v for step, v in scalars(tb).get("kl", []) if updates - max(1, updates // 10) < step <= updates]
+    return float(np.mean(window)) if window else 0.0
 
 
 def indexed_episodes(data: Path, split: str, limit: int | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
@@ -264,14 +286,15 @@ def _auc(value: float | None) -> str:
 
 def gate_table(gates: dict[str, dict]) -> list[str]:
     lines = [
-        "| backbone | updates | Recon. MSE | mean-frame MSE | sees (< ½ mean frame) | class perplexity "
-        "| uses its latent (≥ 4) | inference / imagination acc. | inference / imagination AUC |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| backbone | updates | Recon. MSE | mean-frame MSE | sees (< ½ mean frame) | KL(q ‖ p) nats "
+        f"| uses its latent (≥ {MIN_RATE:g}) | class perplexity | inference / imagination acc. | inference / imagination AUC |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backbone, g in gates.items():
         lines.append(
             f"| {BACKBONES[backbone][0]} | {g['updates']} | {g['recon_mse']:.2f} | {g['mean_frame_mse']:.2f} "
-            f"| {'yes' if g['sees'] else 'no'} | {g['latent_perplexity']:.2f} of {g['latent_classes']} | {'yes' if g['uses_latent'] else 'no'} "
+            f"| {'yes' if g['sees'] else 'no'} | {g['kl_rate']:.2f} | {'yes' if g['uses_latent'] else 'no'} "
+            f"| {g['latent_perplexity']:.2f} of {g['latent_classes']} "
             f"| {_pct(g.get('inference_accuracy'))} / {_pct(g.get('imagination_accuracy'))} "
             f"| {_auc(g.get('inference_auc'))} / {_auc(g.get('imagination_auc'))} |"
         )
@@ -299,9 +322,9 @@ def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> l
     return lines
 
 
-def curves(workdir: Path, out: Path) -> list[Path]:
+def curves(workdir: Path, out: Path, name: str = "distracting_memory_100", title: str = "Distracting Memory 100") -> list[Path]:
     """Learning curves of every run in ``workdir`` (reconstruction and reward loss by training
-    frames), one plot per loss."""
+    frames), one plot per loss, ``out / f"{name}_{loss}_curve.png"``."""
     from wmzoo.eval.plots import curves_plot
     from wmzoo.study.report import scalars
 
@@ -315,8 +338,8 @@ def curves(workdir: Path, out: Path) -> list[Path]:
                 steps, values = zip(*points)
                 series[label] = (np.asarray(steps) * FRAMES_PER_UPDATE, np.asarray(values), None, None)
         if series:
-            path = out / f"distracting_memory_100_{tag}_curve.png"
-            curves_plot(path, series, "training frames", what, f"Distracting Memory 100: {what}")
+            path = out / f"{name}_{tag}_curve.png"
+            curves_plot(path, series, "training frames", what, f"{title}: {what}")
             plots.append(path)
     return plots
 

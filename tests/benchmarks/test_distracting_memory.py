@@ -43,6 +43,7 @@ def test_every_backbone_gets_the_same_frames_updates_and_warmup(bench, monkeypat
     assert {r["steps"] for r in runs.values()} == {"240"}
     assert {int(r["model.batch_size"]) * int(r["model.seq_len"]) for r in runs.values()} == {500}
     assert {r.get("model.optim.warmup") for r in runs.values()} == {str(bench.WARMUP)}
+    assert {r.get("model.optim.lr") for r in runs.values()} == {"0.001"}  # not each preset's own
     assert all(r["train.windows"] == "episodes" for r in runs.values())
 
 
@@ -96,3 +97,17 @@ def test_a_run_below_its_budget_resumes_to_it(bench, monkeypatch, tmp_path):
     assert calls == []
     bench.train(tmp_path, tmp_path / "data", "rssm", 2_000_000)
     assert calls == [("run", "--resume", "--logdir", str(tmp_path / "rssm"), "--steps", "4000", "--no-progress")]
+
+
+def test_the_gates_rate_is_the_logged_kl_just_before_the_gate(bench, tmp_path):
+    """Catches: the rate read over the whole log (its collapsed start, KL 0, drags a latent that is
+    in use under the line) or past the gate (a resumed run's later KL counted at the gate)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(10, 2001, 10):  # collapsed (0 nats) to 800, 3 nats to the gate, 9 after it
+        writer.add_scalar("kl", 0.0 if step <= 800 else 3.0 if step <= 1000 else 9.0, step)
+    writer.close()
+    assert bench.rate(tmp_path / "tb", 1000) == pytest.approx(3.0)
+    assert bench.rate(tmp_path / "tb", 500) == 0.0
+    assert bench.rate(tmp_path / "none", 1000) == 0.0
