@@ -345,6 +345,18 @@ def curves(workdir: Path, out: Path, name: str = "distracting_memory_100", title
     return plots
 
 
+def keep_specs(workdir: Path, out: Path, name: str = "distracting_memory_100") -> list[Path]:
+    """Copy each run's ``run.yaml`` beside the report (``out / f"{name}_{backbone}.run.yaml"``): the
+    resolved spec every figure came from."""
+    kept = []
+    for backbone in BACKBONES:
+        spec = workdir / backbone / "run.yaml"
+        if spec.is_file():
+            kept.append(out / f"{name}_{backbone}.run.yaml")
+            kept[-1].write_text(spec.read_text())
+    return kept
+
+
 def stopped(gates: dict[str, dict], control: dict[str, dict], gate_frames: int, out: Path) -> None:
     """The report of a run stopped at the gate (``distracting_memory_100.md``): its table and the control's."""
     lines = [f"Stopped at the gate, {gate_frames:,} training frames (test split; imagination protocol on "
@@ -436,6 +448,7 @@ def main() -> None:
         results[backbone] = {**evaluate(checkpoint, data), **cue_probe(checkpoint, data)}
     report(results, args.frames, args.out, gates, control, args.gate_frames)
     curves(args.workdir, args.out)
+    keep_specs(args.workdir, args.out)
 
 
 if __name__ == "__main__":

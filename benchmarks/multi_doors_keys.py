@@ -123,6 +123,7 @@ def main() -> None:
     (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")
     report(results, args.frames, args.out, gates, gate_frames)
     dm.curves(args.workdir, args.out, NAME, "Multi Doors Keys 3")
+    dm.keep_specs(args.workdir, args.out, NAME)
 
 
 if __name__ == "__main__":

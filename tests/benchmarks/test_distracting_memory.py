@@ -111,3 +111,13 @@ def test_the_gates_rate_is_the_logged_kl_just_before_the_gate(bench, tmp_path):
     assert bench.rate(tmp_path / "tb", 1000) == pytest.approx(3.0)
     assert bench.rate(tmp_path / "tb", 500) == 0.0
     assert bench.rate(tmp_path / "none", 1000) == 0.0
+
+
+def test_each_runs_spec_is_kept_beside_the_report(bench, tmp_path):
+    """Catches: the report's run.yaml copies taken from the wrong run (or left stale)."""
+    for backbone in bench.BACKBONES:
+        (tmp_path / backbone).mkdir()
+        (tmp_path / backbone / "run.yaml").write_text(f"backbone: {backbone}\n")
+    kept = bench.keep_specs(tmp_path, tmp_path, "dm")
+    assert [p.name for p in kept] == [f"dm_{b}.run.yaml" for b in bench.BACKBONES]
+    assert all(p.read_text() == f"backbone: {b}\n" for p, b in zip(kept, bench.BACKBONES, strict=True))

@@ -26,8 +26,13 @@ def test_result_json_has_no_duplicate_keys(path: Path):
     json.loads(path.read_text(), object_pairs_hook=no_duplicates)
 
 
-@pytest.mark.parametrize("path", sorted(RESULTS.glob("distracting_memory_*.run.yaml")), ids=lambda p: p.name)
-def test_distracting_memory_run_specs_name_their_env(path: Path):
+SPECS = {"distracting_memory_100": "distracting-memory-100", "multi_doors_keys_3": "multi-doors-keys-3"}
+
+
+@pytest.mark.parametrize("path", sorted(p for name in SPECS for p in RESULTS.glob(f"{name}_*.run.yaml")),
+                         ids=lambda p: p.name)
+def test_memory_run_specs_name_their_env(path: Path):
     """Catches: offline runs recording the CLI's default env (``minigrid-empty-5x5``) instead of
     the dataset's, which ``wmzoo eval`` / ``imagine`` would then make."""
-    assert yaml.safe_load(path.read_text())["env"] == "distracting-memory-100"
+    env = next(env for name, env in SPECS.items() if path.name.startswith(name))
+    assert yaml.safe_load(path.read_text())["env"] == env
