@@ -138,7 +138,10 @@ def train(workdir: Path, data: Path, backbone: str, frames: int, warmup: int = W
 
 def evaluate(checkpoint: Path, data: Path, protocol: str = "reward", out: Path | None = None,
              episodes: int | None = None) -> dict:
-    out = out or checkpoint.parent / "evaluate"
+    """``wmzoo evaluate --protocol PROTOCOL`` of ``checkpoint`` on the test split, once: the result
+    is kept in ``out`` (default ``<run>/evaluate-<updates>``, so a run resumed to a larger budget
+    is evaluated anew rather than read from its evaluation at fewer updates)."""
+    out = out or checkpoint.parent / f"evaluate-{updates_done(checkpoint)}"
     result = out / f"{protocol}.json"
     if not result.is_file():
         wmzoo("evaluate", "--checkpoint", str(checkpoint), "--protocol", protocol, "--data", str(data),
@@ -146,16 +149,21 @@ def evaluate(checkpoint: Path, data: Path, protocol: str = "reward", out: Path |
     return json.loads(result.read_text())
 
 
-def gate(checkpoint: Path, data: Path, protocol: str = "reward") -> dict:
-    """The gate's readings of a run at the gate (evaluated once, in ``<run>/gate``): the imagination
-    protocol's and ``protocol``'s (the task's accuracies)."""
+def gate(checkpoint: Path, data: Path, updates: int, protocol: str = "reward") -> dict:
+    """The readings of a run at the gate, ``updates`` updates: the imagination protocol's and
+    ``protocol``'s (the task's accuracies), evaluated once, in ``<run>/gate``, and the rate logged
+    up to there. Exit 2 when they were never taken and the run has trained past the gate."""
     out = checkpoint.parent / "gate"
+    taken = all((out / f"{p}.json").is_file() for p in ("imagination", protocol))
+    if not taken and updates_done(checkpoint) != updates:
+        fail(f"{checkpoint.parent} has trained {updates_done(checkpoint)} updates, not the gate's {updates}, "
+             "and its gate was never evaluated; delete the run to redo it, or pass --gate-frames 0")
     seen = evaluate(checkpoint, data, "imagination", out, GATE_EPISODES)
     reward = evaluate(checkpoint, data, protocol, out)
     keys = ("recon_mse", "mean_frame_mse", "gen_mse", "latent_perplexity", "latent_classes")
     result = {**{k: seen.get(k) for k in keys}, **{k: v for k, v in reward.items() if "accuracy" in k or "auc" in k},
-              "updates": updates_done(checkpoint)}
-    result["kl_rate"] = rate(checkpoint.parent / "tb", result["updates"])
+              "updates": updates}
+    result["kl_rate"] = rate(checkpoint.parent / "tb", updates)
     result["sees"] = result["recon_mse"] < result["mean_frame_mse"] / 2
     result["uses_latent"] = result["kl_rate"] >= MIN_RATE
     return result
@@ -324,14 +332,14 @@ def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> l
 
 
 def curves(workdir: Path, out: Path, name: str = "distracting_memory_100", title: str = "Distracting Memory 100") -> list[Path]:
-    """Learning curves of every run in ``workdir`` (reconstruction and reward loss by training
-    frames), one plot per loss, ``out / f"{name}_{loss}_curve.png"``."""
+    """Learning curves of every run in ``workdir`` (reconstruction loss, reward loss and the
+    posterior's rate by training frames), one plot each, ``out / f"{name}_{loss}_curve.png"``."""
     from wmzoo.eval.plots import curves_plot
     from wmzoo.study.report import scalars
 
     plots = []
     logged = {BACKBONES[b][0]: scalars(workdir / b / "tb") for b in BACKBONES}
-    for tag, what in (("recon", "reconstruction loss"), ("reward", "reward loss")):
+    for tag, what in (("recon", "reconstruction loss"), ("reward", "reward loss"), ("kl", "KL(q ‖ p), nats")):
         series = {}
         for label, tags in logged.items():
             points = tags.get(tag, [])
@@ -424,7 +432,8 @@ def main() -> None:
     gates: dict[str, dict] = {}
     if args.gate_frames:
         for backbone in BACKBONES:
-            gates[backbone] = gate(train(args.workdir, data, backbone, args.gate_frames, args.warmup), data)
+            checkpoint = train(args.workdir, data, backbone, args.gate_frames, args.warmup)
+            gates[backbone] = gate(checkpoint, data, budget(backbone, args.gate_frames)[0])
         (args.out / "distracting_memory_100_gate.json").write_text(json.dumps(gates, indent=1) + "\n")
         print("\n".join(gate_table(gates)))
     control: dict[str, dict] = {}

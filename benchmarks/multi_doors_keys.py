@@ -108,7 +108,7 @@ def main() -> None:
     if gate_frames:
         for backbone in dm.BACKBONES:
             checkpoint = dm.train(args.workdir, data, backbone, gate_frames, args.warmup)
-            gates[backbone] = dm.gate(checkpoint, data, "reasoning")
+            gates[backbone] = dm.gate(checkpoint, data, dm.budget(backbone, gate_frames)[0], "reasoning")
         (args.out / f"{NAME}_gate.json").write_text(json.dumps(gates, indent=1) + "\n")
         print("\n".join(dm.gate_table(gates)))
     failed = [dm.BACKBONES[b][0] for b, g in gates.items() if not (g["sees"] and g["uses_latent"])]

@@ -121,3 +121,30 @@ def test_each_runs_spec_is_kept_beside_the_report(bench, tmp_path):
     kept = bench.keep_specs(tmp_path, tmp_path, "dm")
     assert [p.name for p in kept] == [f"dm_{b}.run.yaml" for b in bench.BACKBONES]
     assert all(p.read_text() == f"backbone: {b}\n" for p, b in zip(kept, bench.BACKBONES, strict=True))
+
+
+def test_a_resumed_run_is_evaluated_anew_and_its_gate_stays_at_the_gate(bench, monkeypatch, tmp_path, capsys):
+    """Catches: a run resumed from the gate (1,000 updates) to 4,000 scored from its evaluation
+    at 1,000 (cached by file name alone: what the first 2M-frame S4WM readout did), and gate
+    readings taken from a checkpoint already past the gate."""
+    calls: list[tuple[str, ...]] = []
+
+    def wmzoo(*args):
+        calls.append(args)
+        out = Path(args[args.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{args[args.index('--protocol') + 1]}.json").write_text('{"inference_accuracy": 0.5}')
+
+    monkeypatch.setattr(bench, "wmzoo", wmzoo)
+    checkpoint = tmp_path / "s4wm" / "checkpoint.safetensors"
+    done = {"updates": 1000}
+    monkeypatch.setattr(bench, "updates_done", lambda _: done["updates"])
+    bench.evaluate(checkpoint, tmp_path)
+    bench.evaluate(checkpoint, tmp_path)  # cached
+    done["updates"] = 4000
+    bench.evaluate(checkpoint, tmp_path)
+    outs = [c[c.index("--out") + 1] for c in calls]
+    assert outs == [str(tmp_path / "s4wm" / "evaluate-1000"), str(tmp_path / "s4wm" / "evaluate-4000")]
+    with pytest.raises(SystemExit) as stop:
+        bench.gate(checkpoint, tmp_path, 1000)
+    assert stop.value.code == 2 and "not the gate's 1000" in capsys.readouterr().err

@@ -32,8 +32,8 @@ def fake_run(mdk, monkeypatch, tmp_path, gate_passes: bool) -> list[tuple]:
         calls.append(("train", backbone, frames))
         return tmp_path / backbone / "checkpoint.safetensors"
 
-    def gate(checkpoint, data, protocol="reward"):
-        calls.append(("gate", checkpoint.parent.name, protocol))
+    def gate(checkpoint, data, updates, protocol="reward"):
+        calls.append(("gate", checkpoint.parent.name, updates, protocol))
         return {"updates": 1000, "recon_mse": 4.0, "mean_frame_mse": 30.0, "latent_perplexity": 3.0,
                 "latent_classes": 16, "kl_rate": 3.0, "sees": True, "uses_latent": gate_passes}
 
@@ -59,7 +59,7 @@ def test_the_gate_and_the_readouts_score_unlock_attempts_not_episode_endings(mdk
     gate to ``--frames``, and a report without the paper's table 3 numbers beside wmzoo's."""
     calls = fake_run(mdk, monkeypatch, tmp_path, gate_passes=True)
     mdk.main()
-    assert [c for c in calls if c[0] == "gate"] == [("gate", b, "reasoning") for b in mdk.dm.BACKBONES]
+    assert [c for c in calls if c[0] == "gate"] == [("gate", b, 1000, "reasoning") for b in mdk.dm.BACKBONES]
     assert [c[2] for c in calls if c[0] == "train"] == [500_000] * 3 + [1_000_000] * 3
     assert {c[2] for c in calls if c[0] == "evaluate"} == {"imagination", "reasoning"}
     report = (tmp_path / "out" / "multi_doors_keys_3.md").read_text()
