@@ -34,7 +34,8 @@ Steps, each through the CLI a user would run (so the report tests the library as
    gate: a backbone that cannot learn this cannot be asked about memory;
 5. the runs resume to ``--frames``; ``wmzoo evaluate --protocol reward --split test`` on each
    (training form, the step form beside it; accuracies and the threshold-free reward AUC) and a
-   linear probe of the cue's colour from the state after the last context row (:func:`cue_probe`);
+   linear probe of the cue's colour from the state after the last context row and from the state
+   just after the cue was last in view (:func:`cue_probe`: kept vs. seen);
 6. the report: a markdown table and a bar plot of both accuracies beside the paper's numbers, the
    gate's and the control's tables, learning curves (reconstruction and reward loss by frames).
 
@@ -189,12 +190,33 @@ def indexed_episodes(data: Path, split: str, limit: int | None = None) -> Iterat
     return zip(indices, iter_episodes(data, split, limit), strict=True)
 
 
-def cue_probe(checkpoint: Path, data: Path, train_episodes: int = 600, batch: int = 100) -> dict:
-    """A linear probe of the cue's colour from the features after the last context row (the
-    training form's filter over the context rows): multinomial logistic regression on
-    standardised features of ``train_episodes`` train episodes (L2 1e-2), accuracy on the test split, beside
-    the majority class's share. Each episode's cue is read from the env reset with its seed (the
-    reset frame checked against the episode's first row). Written to ``<run>/evaluate/cue_probe.json``."""
+def context_length(data: Path) -> int:
+    from wmzoo.data.dataset import Manifest
+
+    return Manifest.read(data).context_length
+
+
+def cue_rows(context: int) -> int:
+    """Rows observed when the cue was last in view: the script starts at hallway cell ``width / 2``
+    and reaches cell 0, in view of the cue's room, after ``width / 2`` moves (``context = 2 width − 1``)."""
+    return (context + 1) // 4 + 1
+
+
+def probe_rows(context: int, points: int = 7) -> list[int]:
+    """Where the cue probe is read: from :func:`cue_rows` (the cue just seen) to the whole context,
+    ``points`` rows evenly spaced (the probe's accuracy along them: how long a model keeps the cue)."""
+    return sorted({int(round(r)) for r in np.linspace(cue_rows(context), context, points)})
+
+
+def cue_probe(checkpoint: Path, data: Path, rows: int | None = None, train_episodes: int = 600,
+              batch: int = 100) -> dict:
+    """A linear probe of the cue's colour from the features after the episode's first ``rows`` rows
+    (default: the whole context; the training form's filter over them): multinomial logistic
+    regression on standardised features of ``train_episodes`` train episodes (L2 1e-2), accuracy
+    on the test split, beside the majority class's share. Each episode's cue is read from the env
+    reset with its seed (the reset frame checked against the episode's first row). Probed after
+    :func:`cue_rows` it asks whether the model saw the cue; after the context, whether it kept it.
+    Written to ``<run>/evaluate-<updates>/cue_probe_<rows>.json``."""
     import torch
 
     from wmzoo.data.dataset import Manifest
@@ -203,12 +225,12 @@ def cue_probe(checkpoint: Path, data: Path, train_episodes: int = 600, batch: in
     from wmzoo.interfaces import Batch
     from wmzoo.registry import make_env
 
-    result_path = checkpoint.parent / "evaluate" / "cue_probe.json"
+    manifest = Manifest.read(data)
+    context, seed = rows or manifest.context_length, manifest.args.seed
+    result_path = checkpoint.parent / f"evaluate-{updates_done(checkpoint)}" / f"cue_probe_{context}.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
     wm = load_agent(checkpoint).world_model.eval()
-    manifest = Manifest.read(data)
-    context, seed = manifest.context_length, manifest.args.seed
     env = make_env(ENV, size=manifest.args.size)
 
     def features(rows: list[dict[str, np.ndarray]]) -> torch.Tensor:
@@ -313,7 +335,8 @@ def gate_table(gates: dict[str, dict]) -> list[str]:
 def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> list[str]:
     lines = [
         "| backbone | training frames | updates × batch × length | inference acc. | imagination acc. "
-        "| inference / imagination AUC | step form: inference / imagination acc. | cue probe (majority) "
+        "| inference / imagination AUC | step form: inference / imagination acc. "
+        "| cue probe: seen / after the context (majority) "
         + ("| paper (inference / imagination) |" if paper else "|"),
         "|---|---|---|---|---|---|---|---|" + ("---|" if paper else ""),
     ]
@@ -324,7 +347,8 @@ def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> l
                f"| {_pct(r['inference_accuracy'])} | {_pct(r['imagination_accuracy'])} "
                f"| {_auc(r.get('inference_auc'))} / {_auc(r.get('imagination_auc'))} "
                f"| {_pct(r.get('step_inference_accuracy'))} / {_pct(r.get('step_imagination_accuracy'))} "
-               f"| {_pct(r.get('cue_probe_accuracy'))} ({_pct(r.get('majority_share'))}) |")
+               f"| {_pct(r.get('cue_seen_probe_accuracy'))} / {_pct(r.get('cue_probe_accuracy'))} "
+               f"({_pct(r.get('majority_share'))}) |")
         if paper:
             row += f" {PAPER[label][0]:.1f} % / {PAPER[label][1]:.1f} % |"
         lines.append(row)
@@ -397,6 +421,14 @@ def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, di
             rows.append((f"{label} {name}", *wilson(r[f"{name}_accuracy"], r["scored_transitions"])))
             rows.append((f"{label} {name}, paper", PAPER[label][k], PAPER[label][k], PAPER[label][k]))
     interval_plot(out / "distracting_memory_100.png", rows, "reward prediction accuracy (%), 95 % Wilson interval")
+    cue_curves = {BACKBONES[b][0]: r["cue_probe_curve"] for b, r in results.items() if r.get("cue_probe_curve")}
+    if cue_curves:
+        from wmzoo.eval.plots import curves_plot
+
+        series = {label: (np.asarray([r for r, _ in c]), 100 * np.asarray([a for _, a in c]), None, None)
+                  for label, c in cue_curves.items()}
+        curves_plot(out / "distracting_memory_100_cue_probe.png", series, "context rows observed",
+                    "cue probe accuracy (%)", "Distracting Memory 100: the cue's colour read from the state")
 
 
 def wilson(accuracy: float, n: int, z: float = 1.96) -> tuple[float, float, float]:
@@ -454,7 +486,11 @@ def main() -> None:
     results = {}
     for backbone in BACKBONES:
         checkpoint = train(args.workdir, data, backbone, args.frames, args.warmup)
-        results[backbone] = {**evaluate(checkpoint, data), **cue_probe(checkpoint, data)}
+        rows = probe_rows(context_length(data))
+        probes = [cue_probe(checkpoint, data, r) for r in rows]
+        results[backbone] = {**evaluate(checkpoint, data), **probes[-1],
+                             "cue_seen_probe_accuracy": probes[0]["cue_probe_accuracy"],
+                             "cue_probe_curve": [(r, p["cue_probe_accuracy"]) for r, p in zip(rows, probes, strict=True)]}
     report(results, args.frames, args.out, gates, control, args.gate_frames)
     curves(args.workdir, args.out)
     keep_specs(args.workdir, args.out)

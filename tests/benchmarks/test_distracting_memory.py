@@ -148,3 +148,26 @@ def test_a_resumed_run_is_evaluated_anew_and_its_gate_stays_at_the_gate(bench, m
     with pytest.raises(SystemExit) as stop:
         bench.gate(checkpoint, tmp_path, 1000)
     assert stop.value.code == 2 and "not the gate's 1000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_name", ["distracting-memory-100", "distracting-memory-200"])
+def test_the_cue_seen_probe_reads_the_rows_up_to_hallway_cell_0(bench, env_name):
+    """Catches: the "seen" probe placed a row early (the cue's room not yet at its closest) or at
+    a fixed row that fits one width only."""
+    from wmzoo.registry import make_env
+
+    env = make_env(env_name, size=40)
+    env.reset(seed=3)
+    inner = env.unwrapped
+    rows = bench.cue_rows(inner.context_length)
+    for _ in range(rows - 2):
+        env.step(inner.scripted_action())
+    assert inner.agent_pos != (3, 2)
+    env.step(inner.scripted_action())  # the last of the rows - 1 moves: row rows - 1 is observed there
+    assert inner.agent_pos == (3, 2)
+
+
+def test_the_cue_probe_curve_runs_from_the_cue_seen_to_the_end_of_the_context(bench):
+    """Catches: a probe curve that misses either end (the seen probe or the whole context)."""
+    assert bench.probe_rows(199) == [51, 76, 100, 125, 150, 174, 199]
+    assert bench.probe_rows(399, points=2) == [101, 399]
