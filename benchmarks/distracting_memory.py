@@ -491,6 +491,7 @@ def main() -> None:
         results[backbone] = {**evaluate(checkpoint, data), **probes[-1],
                              "cue_seen_probe_accuracy": probes[0]["cue_probe_accuracy"],
                              "cue_probe_curve": [(r, p["cue_probe_accuracy"]) for r, p in zip(rows, probes, strict=True)]}
+    (args.out / "distracting_memory_100.json").write_text(json.dumps(results, indent=1) + "\n")
     report(results, args.frames, args.out, gates, control, args.gate_frames)
     curves(args.workdir, args.out)
     keep_specs(args.workdir, args.out)
