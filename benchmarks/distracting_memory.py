@@ -57,11 +57,14 @@ import argparse
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 ENV = "distracting-memory-100"
 EPISODE_ROWS = 250  # 199 context + 51 query observations
@@ -208,17 +211,20 @@ def probe_rows(context: int, points: int = 7) -> list[int]:
     return sorted({int(round(r)) for r in np.linspace(cue_rows(context), context, points)})
 
 
-def cue_probe(checkpoint: Path, data: Path, rows: int | None = None, train_episodes: int = 600,
-              batch: int = 100) -> dict:
-    """A linear probe of the cue's colour from the features after the episode's first ``rows`` rows
-    (default: the whole context; the training form's filter over them): multinomial logistic
-    regression on standardised features of ``train_episodes`` train episodes (L2 1e-2), accuracy
-    on the test split, beside the majority class's share. Each episode's cue is read from the env
-    reset with its seed (the reset frame checked against the episode's first row). Probed after
-    :func:`cue_rows` it asks whether the model saw the cue; after the context, whether it kept it.
-    Written to ``<run>/evaluate-<updates>/cue_probe_<rows>.json``."""
+def cue_probe(checkpoint: Path, data: Path, rows: Sequence[int] = (), train_episodes: int = 600,
+              batch: int = 100) -> list[dict]:
+    """Linear probes of the cue's colour, one from the features after each episode's first ``r``
+    rows for every ``r`` in ``rows`` (default: the whole context; the training form's filter over
+    them): multinomial logistic regression on standardised features of ``train_episodes`` train
+    episodes (L2 1e-2), accuracy on the test split, beside the majority class's share. Each
+    episode's cue is read from the env reset with its seed (the reset frame checked against the
+    episode's first row). Probed after :func:`cue_rows` it asks whether the model saw the cue;
+    after the context, whether it kept it. Each result is kept in
+    ``<run>/evaluate-<updates>/cue_probe_<r>.json``; those not kept yet are computed in one pass
+    over the episodes."""
     import torch
 
+    from wmzoo.atomic import write_text_atomic
     from wmzoo.data.dataset import Manifest
     from wmzoo.envs.memory_tasks_2d import SQUARE_COLOURS
     from wmzoo.eval.rollout import load_agent
@@ -226,42 +232,59 @@ def cue_probe(checkpoint: Path, data: Path, rows: int | None = None, train_episo
     from wmzoo.registry import make_env
 
     manifest = Manifest.read(data)
-    context, seed = rows or manifest.context_length, manifest.args.seed
-    result_path = checkpoint.parent / f"evaluate-{updates_done(checkpoint)}" / f"cue_probe_{context}.json"
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
-    wm = load_agent(checkpoint).world_model.eval()
-    env = make_env(ENV, size=manifest.args.size)
+    rows, seed = list(rows) or [manifest.context_length], manifest.args.seed
+    paths = {r: checkpoint.parent / f"evaluate-{updates_done(checkpoint)}" / f"cue_probe_{r}.json" for r in rows}
+    todo = [r for r in rows if not paths[r].is_file()]
+    if todo:
+        torch.manual_seed(0)  # observe_sequence samples the latents: the same features on every call
+        wm = load_agent(checkpoint).world_model.eval()
+        env = make_env(ENV, size=manifest.args.size)
 
-    def features(rows: list[dict[str, np.ndarray]]) -> torch.Tensor:
-        fields = {k: torch.as_tensor(np.stack([r[k][:context] for r in rows]))
-                  for k in ("obs", "action", "reward", "terminal", "is_first")}
-        with torch.no_grad():
-            return wm.features(wm.observe_sequence(Batch(**fields)).state).flatten(1).float()
+        def features(episodes: list[dict[str, np.ndarray]]) -> list[torch.Tensor]:
+            """Per row count of ``todo``: the features after that many rows, ``[len(episodes), F]``."""
+            out = []
+            for r in todo:
+                fields = {k: torch.as_tensor(np.stack([e[k][:r] for e in episodes]))
+                          for k in ("obs", "action", "reward", "terminal", "is_first")}
+                with torch.no_grad():
+                    out.append(wm.features(wm.observe_sequence(Batch(**fields)).state).flatten(1).float())
+            return out
 
-    def labelled(split: str, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The split's features after the context, ``batch`` episodes at a time, and cue colours."""
-        out, labels, rows = [], [], []
-        for index, episode in indexed_episodes(data, split, limit):
-            obs, _ = env.reset(seed=seed + index)
-            if not np.array_equal(obs, episode["obs"][0]):
-                fail(f"{split} episode {index} of {data}: its first frame is not the env's reset with seed "
-                     f"{seed + index}; the cue probe cannot label it")
-            labels.append(SQUARE_COLOURS.index(env.unwrapped.cue))
-            rows.append(episode)
-            if len(rows) == batch:
-                out.append(features(rows))
-                rows = []
-        if rows:
-            out.append(features(rows))
-        return torch.cat(out), torch.as_tensor(labels)
+        def labelled(split: str, limit: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+            """The split's features for each row count of ``todo``, ``batch`` episodes at a time, and cue colours."""
+            out, labels, episodes = [], [], []
+            for index, episode in indexed_episodes(data, split, limit):
+                obs, _ = env.reset(seed=seed + index)
+                if not np.array_equal(obs, episode["obs"][0]):
+                    fail(f"{split} episode {index} of {data}: its first frame is not the env's reset with seed "
+                         f"{seed + index}; the cue probe cannot label it")
+                labels.append(SQUARE_COLOURS.index(env.unwrapped.cue))
+                episodes.append(episode)
+                if len(episodes) == batch:
+                    out.append(features(episodes))
+                    episodes = []
+            if episodes:
+                out.append(features(episodes))
+            return [torch.cat(parts) for parts in zip(*out, strict=True)], torch.as_tensor(labels)
 
-    x_train, y_train = labelled("train", train_episodes)
-    x_test, y_test = labelled("test")
+        xs_train, y_train = labelled("train", train_episodes)
+        xs_test, y_test = labelled("test")
+        for r, x_train, x_test in zip(todo, xs_train, xs_test, strict=True):
+            result = _fit_probe(x_train, y_train, x_test, y_test, len(SQUARE_COLOURS))
+            paths[r].parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(paths[r], json.dumps({**result, "context_rows": r}, indent=1) + "\n")
+    return [json.loads(paths[r].read_text()) for r in rows]
+
+
+def _fit_probe(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
+               classes: int) -> dict:
+    """Multinomial logistic regression (L2 1e-2, LBFGS) on standardised features: its accuracies."""
+    import torch
+
     mean, std = x_train.mean(0), x_train.std(0).clamp(min=1e-6)
     x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
     torch.manual_seed(0)
-    probe = torch.nn.Linear(x_train.shape[1], len(SQUARE_COLOURS))
+    probe = torch.nn.Linear(x_train.shape[1], classes)
     optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=300, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
@@ -274,12 +297,9 @@ def cue_probe(checkpoint: Path, data: Path, rows: int | None = None, train_episo
     with torch.no_grad():
         accuracy = float((probe(x_test).argmax(-1) == y_test).float().mean())
         train_accuracy = float((probe(x_train).argmax(-1) == y_train).float().mean())
-    result = {"cue_probe_accuracy": accuracy, "cue_probe_train_accuracy": train_accuracy,
-              "majority_share": float(torch.bincount(y_test).max() / len(y_test)),
-              "train_episodes": len(y_train), "test_episodes": len(y_test), "context_rows": context}
-    result_path.parent.mkdir(parents=True, exist_ok=True)
-    result_path.write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return {"cue_probe_accuracy": accuracy, "cue_probe_train_accuracy": train_accuracy,
+            "majority_share": float(torch.bincount(y_test).max() / len(y_test)),
+            "train_episodes": len(y_train), "test_episodes": len(y_test)}
 
 
 def relabel(source: Path, target: Path) -> Path:
@@ -487,7 +507,7 @@ def main() -> None:
     for backbone in BACKBONES:
         checkpoint = train(args.workdir, data, backbone, args.frames, args.warmup)
         rows = probe_rows(context_length(data))
-        probes = [cue_probe(checkpoint, data, r) for r in rows]
+        probes = cue_probe(checkpoint, data, rows)
         results[backbone] = {**evaluate(checkpoint, data), **probes[-1],
                              "cue_seen_probe_accuracy": probes[0]["cue_probe_accuracy"],
                              "cue_probe_curve": [(r, p["cue_probe_accuracy"]) for r, p in zip(rows, probes, strict=True)]}
