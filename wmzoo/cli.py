@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train: skip timing each part (tokenizer, world model, start states, policy) apart")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--decode", action="store_true", help="imagine: also decode every imagined frame")
+    p.add_argument("--actions", choices=("random", "policy"), default="random",
+                   help="imagine: who acts, uniformly random actions or the backbone's default policy "
+                   "(its forward pass timed in every imagined step)")
     p.add_argument("--json", dest="json_path", help="write the records as JSON here")
 
     p = sub.add_parser("aggregate", help="mean, median, IQM, optimality gap with bootstrap CIs over eval JSON files")
@@ -556,7 +559,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
         args.iters, args.warmup, args.env, args.device, args.decode, precisions, args.compile,
-        args.overrides, components=not args.no_components,
+        args.overrides, components=not args.no_components, actions=args.actions,
     )
     print(format_table(records))
     if args.json_path:

@@ -105,3 +105,28 @@ def test_train_mode_builds_no_deferred_start_states_in_the_timed_update(tmp_path
     monkeypatch.setattr(TrainOutput, "imagination_start", counted)
     _bench(tmp_path, "--backbones", "rem", "--mode", "train", "--no-components")
     assert builds == []
+
+
+@pytest.mark.parametrize("actions", ["random", "policy"])
+def test_imagine_acts_with_the_backbones_policy_only_when_asked(tmp_path, monkeypatch, actions):
+    # Catches: --actions policy ignored (the rollout still random, the policy's forward untimed),
+    # or the policy acting on the start state only instead of on every imagined step.
+    from wmzoo.agents.dreamer import DreamerPolicy
+
+    seen = []
+    original = DreamerPolicy.act
+
+    def counted(self, features, state, *args, **kwargs):
+        seen.append(tuple(features.shape))
+        return original(self, features, state, *args, **kwargs)
+
+    monkeypatch.setattr(DreamerPolicy, "act", counted)
+    (record,) = _bench(tmp_path, "--backbones", "rssm:tiny", "--mode", "imagine", "--actions", actions)
+    assert record["actions"] == actions
+    # SMALL: no warm-up, one timed rollout of H = 2 from B = 2 starts
+    assert seen == ([(2, 64 + 8 * 8)] * 2 if actions == "policy" else [])
+
+
+def test_train_records_no_actions(tmp_path):
+    (record,) = _bench(tmp_path, "--backbones", "rssm:tiny", "--mode", "train", "--no-components")
+    assert record["actions"] == ""

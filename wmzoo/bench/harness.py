@@ -2,7 +2,8 @@
 
 Times, in one process and side by side, either the world-model **train** step (forward loss,
 backward, optimiser step of every component) or the **imagine** loop (observe a context, then the
-generic imagination engine with a uniformly random policy) of any registered backbone, on
+generic imagination engine, acting uniformly at random or, with ``actions="policy"``, with the
+backbone's default policy at the preset, its forward pass timed in every step) of any registered backbone, on
 synthetic data of an environment's shape, after warm-up iterations. Throughput is frames per
 second: ``B·T`` trained frames per train step, ``B·H`` imagined frames per imagination (the
 ``T``-step context is observed once beforehand and not timed).
@@ -60,8 +61,8 @@ from torch import nn
 from wmzoo.atomic import write_text_atomic
 from wmzoo.device import check_precision, compile_failures, resolve_device
 from wmzoo.errors import WmzooError
-from wmzoo.imagination import imagine, random_actions
-from wmzoo.interfaces import Batch, EnvInfo, WorldModel, map_state
+from wmzoo.imagination import ActFn, imagine, random_actions
+from wmzoo.interfaces import Batch, EnvInfo, Policy, WorldModel, map_state
 from wmzoo.registry import default_registry, env_info, make_env, policy_spec, world_model_spec
 from wmzoo.specs import PolicySpec, RunSpec, TrainSpec, WorldModelSpec, parse_override, set_path, validate
 from wmzoo.testing import synthetic_batch
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from wmzoo.train.agent import Agent
 
 Mode = Literal["train", "imagine"]
+Actions = Literal["random", "policy"]
 SYNTHETIC_ENV = EnvInfo(name="synthetic-64x64", obs_shape=(3, 64, 64), num_actions=6)
 
 
@@ -98,6 +100,7 @@ class BenchRecord:
     overrides: list[str] = field(default_factory=list)  # --set given to every backbone
     # train mode with components: seconds per iteration of each part (see the module docstring)
     components: dict[str, float] = field(default_factory=dict)
+    actions: str = ""  # imagine: who acted, "random" (uniform) or "policy" (the backbone's default policy)
 
 
 @dataclass
@@ -178,12 +181,18 @@ def run_bench(
     compile: bool = False,
     overrides: Sequence[str] = (),
     components: bool = False,
+    actions: Actions = "random",
 ) -> list[BenchRecord]:
     """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, one after the other, each
     at every variant (:func:`variants`). ``overrides``: ``--set KEY=VALUE`` for every backbone
-    (``model.`` keys, or bare ones, for the world model; ``policy.`` keys for its policy)."""
+    (``model.`` keys, or bare ones, for the world model; ``policy.`` keys for its policy).
+    ``actions`` (imagine): uniformly ``random`` ones, or the backbone's default ``policy`` acting
+    on the imagined features (its forward pass timed with the world model's, as the official
+    IRIS and REM codes time imagination)."""
     if mode not in ("train", "imagine"):
         raise WmzooError(f"--mode {mode!r}: choose train or imagine")
+    if actions not in ("random", "policy"):
+        raise WmzooError(f"--actions {actions!r}: choose random or policy")
     resolve_device(device, "--device")
     for precision in precisions:
         check_precision(precision, "--precision")
@@ -193,7 +202,7 @@ def run_bench(
     for _, name, p, _ in specs:
         bench_policy_spec(name, p, policy_sets)  # bad policy fields before anything is timed
     return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, bench_env(env), device, decode,
-                       precisions, compile, policy_sets, components, list(overrides))
+                       precisions, compile, policy_sets, components, list(overrides), actions)
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -247,6 +256,7 @@ def bench_specs(
     policy_overrides: dict[str, Any] | None = None,
     components: bool = False,
     overrides: list[str] | None = None,
+    actions: Actions = "random",
 ) -> list[BenchRecord]:
     """:func:`run_bench` on resolved world-model specs ``(label, backbone, preset, spec)`` (a
     study's cells: their presets with the study's ``--set`` and width fields)."""
@@ -256,7 +266,7 @@ def bench_specs(
         for precision, compiled in variants(precisions, compile):
             run = bench_run(name, p, spec, info, device, precision, compiled, policy_overrides)
             record = _bench_one(label, run, mode, batch, seq_len, horizon, iters, warmup, info, decode,
-                                components and mode == "train")
+                                components and mode == "train", actions)
             first = first or record.throughput
             record.vs_first = record.throughput / first
             record.overrides = list(overrides or [])
@@ -279,7 +289,7 @@ def bench_run(name: str, preset: str, spec: WorldModelSpec, info: EnvInfo, devic
 
 
 def _bench_one(label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, horizon: int, iters: int,
-               warmup: int, info: EnvInfo, decode: bool, components: bool) -> BenchRecord:
+               warmup: int, info: EnvInfo, decode: bool, components: bool, actions: Actions = "random") -> BenchRecord:
     from wmzoo.train.agent import Agent
 
     torch.manual_seed(0)
@@ -287,7 +297,10 @@ def _bench_one(label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, h
     dev, wm = agent.device, agent.world_model
     params = sum(x.numel() for x in wm.parameters())
     data = synthetic_batch(info, batch, seq_len, dev)
-    step = _train_step(agent, data) if mode == "train" else _imagine_step(agent, data, horizon, info, decode)
+    if mode == "train":
+        step = _train_step(agent, data)
+    else:
+        step = _imagine_step(agent, data, horizon, info, decode, actions)
     segment = train_segments(wm, seq_len)[0][1] if mode == "train" else 0
     # a compiled variant compiles on its first call and may recompile once for dynamic shapes
     for _ in range(max(warmup, 2) if run.train.compile else warmup):
@@ -313,7 +326,7 @@ def _bench_one(label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, h
         peak_cuda_mb=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
         iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=segment,
         precision=run.train.precision, compiled=run.train.compile, compile_failed=compile_failures(wm),
-        components=parts,
+        components=parts, actions=actions if mode == "imagine" else "",
     )
     del agent, wm, data, step
     return record
@@ -358,13 +371,19 @@ def _train_step(agent: Agent, data: Batch) -> Callable[[], None]:
     return step
 
 
-def _imagine_step(agent: Agent, data: Batch, horizon: int, info: EnvInfo, decode: bool) -> Callable[[], None]:
+def _imagine_step(agent: Agent, data: Batch, horizon: int, info: EnvInfo, decode: bool,
+                  actions: Actions = "random") -> Callable[[], None]:
     """Observe the context once (untimed), then time imagination from a fresh copy of its state
     (a backbone may update its state's buffers in place, e.g. a preallocated key/value cache),
-    all in the agent's precision."""
+    all in the agent's precision. ``actions="policy"``: the agent's policy acts, from its initial
+    state (a recurrent policy is not burnt in on the context first: the same work per step)."""
     wm = agent.world_model
     wm.eval()
-    policy = random_actions(info.num_actions, info.discrete)
+    if actions == "policy":
+        agent.policy.eval()
+        policy: Policy | ActFn = agent.policy
+    else:
+        policy = random_actions(info.num_actions, info.discrete)
     with torch.no_grad(), agent.autocast():
         start = wm.observe(data)
 
@@ -536,8 +555,9 @@ def format_env_table(records: list[EnvBenchRecord]) -> str:
 
 
 def variant_name(record: BenchRecord) -> str:
-    """``fp32``, ``bf16``, ``fp32+compile``, ...: how a record's backbone ran."""
-    return record.precision + ("+compile" if record.compiled else "")
+    """``fp32``, ``bf16``, ``fp32+compile``, ...: how a record's backbone ran (``+policy``: it
+    imagined under its own policy)."""
+    return record.precision + ("+compile" if record.compiled else "") + ("+policy" if record.actions == "policy" else "")
 
 
 def format_table(records: list[BenchRecord]) -> str:
