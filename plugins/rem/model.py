@@ -166,7 +166,6 @@ class REMWorldModel(WorldModel):
         M's loss before it but gives it no gradient.
         """
         spec = self.spec
-        B, T = batch.shape
         frames = batch.obs.flatten(0, 1)
         if spec.tokenizer_frames and frames.shape[0] > spec.tokenizer_frames:
             frames = frames[torch.randperm(frames.shape[0], device=frames.device)[: spec.tokenizer_frames]]
@@ -174,6 +173,20 @@ class REMWorldModel(WorldModel):
 
         with torch.no_grad():
             tokens = self.tokenizer.encode(batch.obs)  # [B, T, K]
+        wm_loss, wm_metrics = self._world_model_loss(batch, tokens)
+        metrics.update(wm_metrics)
+
+        def starts() -> tuple[State, Tensor, BurnIn]:  # built only when a policy imagines from them
+            start, burn_in = self._start_states(tokens, batch)
+            return start, start_conts(batch).flatten(), burn_in
+
+        return TrainOutput(losses={"tokenizer": tok_loss, "world_model": wm_loss}, metrics=metrics, starts=starts)
+
+    def _world_model_loss(self, batch: Batch, tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """M's loss on the batch's tokens ``[B, T, K]``: cross-entropies of the next tokens (POP),
+        the reward and the termination (section 2.4)."""
+        spec = self.spec
+        B, T = batch.shape
         real, pred = self.pop_forward(tokens, batch.action, batch.is_first)
         logits = self.obs_head(pred)  # [B, T, K, N]
         # the official code's loss skips the first `context` blocks of a segment (its
@@ -191,18 +204,13 @@ class REMWorldModel(WorldModel):
             reward_loss = masked_mean((self.reward_head(act_out).squeeze(-1) - reward_target) ** 2, mask)
         end_loss = self.end_head.loss(act_out, 1.0 - cont_target, mask)
         wm_loss = obs_loss + reward_loss + end_loss
-        metrics.update({
+        metrics = {
             "world_model/obs_loss": float(obs_loss.detach()),
             "world_model/reward_loss": float(reward_loss.detach()),
             "world_model/end_loss": float(end_loss.detach()),
             **next_token_accuracy(logits.argmax(-1)[obs_mask], tokens[obs_mask], tokens.roll(1, 1)[obs_mask]),
-        })
-
-        def starts() -> tuple[State, Tensor, BurnIn]:  # built only when a policy imagines from them
-            start, burn_in = self._start_states(tokens, batch)
-            return start, start_conts(batch).flatten(), burn_in
-
-        return TrainOutput(losses={"tokenizer": tok_loss, "world_model": wm_loss}, metrics=metrics, starts=starts)
+        }
+        return wm_loss, metrics
 
     @torch.no_grad()
     def _start_states(self, tokens: Tensor, batch: Batch) -> tuple[State, BurnIn]:

@@ -1,0 +1,393 @@
+"""wmzoo's IRIS and REM beside their official codes, in one process, on this CPU (issue 15).
+
+Each official code is read from a local checkout (``--iris PATH``: github.com/eloialonso/iris;
+``--rem PATH``: github.com/leor-c/REM; the root holding ``src/`` and ``config/``; nothing is
+downloaded) and built at its default Atari configs, the sizes of wmzoo's ``iris:paper`` and
+``rem:paper``; wmzoo's is built as its trainer builds it. Both see the same synthetic 64×64 frames
+and 6 actions and the same threads; each unit of work is timed alternately (official, wmzoo,
+official, …) after a warm-up, so a load on the machine falls on both alike:
+
+- **world model update** (``B × T`` frames, ``T`` the code's own segment: IRIS 20, REM 10): the
+  batch's tokens from the tokenizer, the world model's loss, backward, clip, AdamW step (official
+  ``WorldModel.compute_loss`` as its trainer steps it; wmzoo the ``world_model`` component's loss and
+  step). The tokenizer's own training is left out of both; the official REM encodes the batch
+  with gradient (its ``_get_tokens``), wmzoo without (nothing reads that gradient).
+- **imagination** (``B ×`` the actions taken): from ``B`` replay segments of ``burn_in + 1`` = 21
+  frames, as each actor-critic update imagines: the burn-in frames tokenized and read by the
+  actor-critic's LSTM (IRIS: their reconstructions; REM: their code vectors), then the horizon
+  (IRIS 20, REM 10): each step the actor-critic's forward, a sampled action and the world model's
+  next frame (official ``ActorCritic.imagine``/``ActorCriticLS.imagine``; wmzoo
+  ``imagination_starts`` + ``burn_in`` + the imagination engine under ``iris-ac``/``rem-ac``
+  ``paper``), without gradient. The official REM acts ``H − context + 1`` = 9 times in a horizon of
+  10 (its two context blocks count), wmzoo 10: each is credited with its own actions.
+
+The official codes need ``einops`` (both) and ``loguru`` and ``yet-another-retnet`` (REM):
+``pip install einops loguru && pip install --no-deps yet-another-retnet``; the modules they import
+for their training loops only (``gym``, ``torchvision``, ``cv2``, ``psutil``) are stood in for when
+missing, and so is their replay buffer module (``dataset``: REM's no longer imports with current
+torch; only its ``Batch`` type is read). ::
+
+    python benchmarks/official_speed.py --iris ~/src/iris --rem ~/src/REM --threads 2 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import sys
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import yaml
+
+from wmzoo.atomic import write_text_atomic
+from wmzoo.bench.harness import SYNTHETIC_ENV, bench_run
+from wmzoo.imagination import imagine
+from wmzoo.registry import world_model_spec
+from wmzoo.testing import synthetic_batch
+from wmzoo.train.agent import Agent
+
+TRAINING_ONLY = ("gym", "torchvision", "cv2", "psutil")  # imported by the official modules, unused here
+# the official codes' own top-level modules (the same names in several of them)
+TOP_LEVEL = ("models", "utils", "dataset", "episode", "envs", "networks", "tools", "exploration")
+BURN_IN = 20  # both official configs (training.actor_critic.burn_in)
+Units = dict[str, tuple[Callable[[], None], int]]  # unit -> (one call, frames it is credited with)
+
+
+def params(**modules: torch.nn.Module) -> dict[str, int]:
+    return {name: sum(p.numel() for p in m.parameters()) for name, m in modules.items()}
+
+
+def fail(message: str) -> None:
+    """One line naming what is wrong, exit status 2 (as a bad command line)."""
+    print(f"official_speed.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def import_official(root: Path, needs: tuple[str, ...], marker: str = "src/models/world_model.py",
+                    src: str = "src") -> None:
+    """Put the checkout's ``src`` first on the path, with another official code's modules of the
+    same names forgotten (the codes name theirs ``models``, ``utils``, …)."""
+    if not (root / marker).is_file():
+        fail(f"{root} is not a checkout of the official code (no {marker})")
+    for name in needs:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            fail(f"the official code at {root} needs {name}: see this script's docstring for the install line")
+    for name in TRAINING_ONLY:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            stand_in = types.ModuleType(name)
+            stand_in.Env = object  # type annotations of the official env wrappers
+            stand_in.models = types.SimpleNamespace()  # the LPIPS network's VGG (not built)
+            sys.modules[name] = stand_in
+    for name in list(sys.modules):
+        if name.split(".")[0] in TOP_LEVEL:
+            del sys.modules[name]
+    replay = types.ModuleType("dataset")  # the official replay buffer: only its Batch type is read
+    replay.Batch = dict
+    sys.modules["dataset"] = replay
+    sys.path = [p for p in sys.path if p not in _OFFICIAL_PATHS]
+    _OFFICIAL_PATHS.append(str(root / src))
+    sys.path.insert(0, str(root / src))
+
+
+_OFFICIAL_PATHS: list[str] = []
+
+
+def _config(root: Path, name: str) -> dict:
+    cfg = yaml.safe_load((root / "config" / name).read_text())
+    return {k: _config_value(v) for k, v in cfg.items() if not k.startswith("_")}
+
+
+def _config_value(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _config_value(v) for k, v in value.items() if not k.startswith("_")}
+    if isinstance(value, str) and value.startswith("("):  # REM's input_resolution: (64, 64)
+        return ast.literal_eval(value)
+    if isinstance(value, str):  # YAML 1.1 reads 1e-4 as a string
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _official_batches(batch: int, seq_len: int) -> tuple[dict, dict]:
+    """The world-model batch and the actor-critic's segments in the official codes' format, of the
+    same synthetic data wmzoo's side gets."""
+    info = SYNTHETIC_ENV
+    data = synthetic_batch(info, batch, seq_len, torch.device("cpu"))
+    segments = synthetic_batch(info, batch, BURN_IN + 1, torch.device("cpu"), seed=1)
+    ones = torch.ones(batch, seq_len, dtype=torch.bool)
+    wm_batch = {"observations": data.obs.float() / 255, "actions": data.action, "rewards": data.reward,
+                "ends": torch.zeros(batch, seq_len, dtype=torch.long), "mask_padding": ones}
+    ac_batch = {"observations": segments.obs.float() / 255, "actions": segments.action,
+                "mask_padding": torch.ones(batch, BURN_IN + 1, dtype=torch.bool)}
+    return wm_batch, ac_batch
+
+
+def _official_units(tokenizer, world_model, actor_critic, batch: int, seq_len: int,
+                    acted: int) -> tuple[Units, dict[str, int]]:
+    wm_batch, ac_batch = _official_batches(batch, seq_len)
+    optimizer = torch.optim.AdamW(world_model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def world_model_update() -> None:
+        tokenizer.train(), world_model.train()
+        losses = world_model.compute_loss(wm_batch, tokenizer)
+        loss = (losses[0] if isinstance(losses, tuple) else losses).loss_total  # REM: (losses, info)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(world_model.parameters(), 10.0)
+        optimizer.step()
+
+    @torch.no_grad()
+    def imagination() -> None:
+        actor_critic.eval()
+        actor_critic.imagine(ac_batch, tokenizer, world_model, acted)
+
+    units = {"world_model_update": (world_model_update, batch * seq_len), "imagination": (imagination, 0)}
+    return units, params(tokenizer=tokenizer, world_model=world_model, actor_critic=actor_critic)
+
+
+def official_iris(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
+    """eloialonso/iris at ``config/{tokenizer,world_model}/default.yaml`` (no LPIPS: it trains the
+    tokenizer only); horizon 20."""
+    import_official(root, ("einops",))
+    from models.actor_critic import ActorCritic
+    from models.tokenizer import Decoder, Encoder, EncoderDecoderConfig, Tokenizer
+    from models.world_model import TransformerConfig, WorldModel
+
+    tok, wm = _config(root, "tokenizer/default.yaml"), _config(root, "world_model/default.yaml")
+    coder = EncoderDecoderConfig(**tok["encoder"]["config"])
+    tokenizer = Tokenizer(tok["vocab_size"], tok["embed_dim"], Encoder(coder), Decoder(coder), with_lpips=False)
+    world_model = WorldModel(tok["vocab_size"], SYNTHETIC_ENV.num_actions, TransformerConfig(**wm))
+    actor_critic = ActorCritic(SYNTHETIC_ENV.num_actions, use_original_obs=False)
+    units, sizes = _official_units(tokenizer, world_model, actor_critic, batch, wm["max_blocks"], 20)
+    units["imagination"] = (units["imagination"][0], batch * 20)
+    return units, sizes
+
+
+def official_rem(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
+    """leor-c/REM at ``config/{tokenizer,world_model,actor_critic}/default.yaml`` (POP world model,
+    the latent actor-critic ``LSAC``); horizon 10, of which ``10 − context + 1`` steps act."""
+    import_official(root, ("einops", "loguru", "yet_another_retnet"))
+    from models.actor_critic import ActorCriticLS
+    from models.tokenizer import SimpleDecoder, SimpleEncoder, SimpleEncoderConfig, Tokenizer
+    from models.world_model import POPRetNetWorldModel, RetNetConfig
+
+    tok, wm = _config(root, "tokenizer/default.yaml"), _config(root, "world_model/default.yaml")
+    ac = _config(root, "actor_critic/default.yaml")
+    coder = SimpleEncoderConfig(**tok["encoder"]["config"])
+    tokenizer = Tokenizer(tok["vocab_size"], tok["embed_dim"], "", SimpleEncoder(coder), SimpleDecoder(coder),
+                          with_lpips=False)
+    retnet = RetNetConfig(**wm.pop("retnet"))
+    world_model = POPRetNetWorldModel(tok["vocab_size"], SYNTHETIC_ENV.num_actions, retnet, **wm)
+    actor_critic = ActorCriticLS(**ac, act_vocab_size=SYNTHETIC_ENV.num_actions, token_embed_dim=tok["embed_dim"],
+                                 tokens_per_obs=retnet.tokens_per_block - 1, context_len=wm["context_length"])
+    horizon = retnet.max_blocks  # training.actor_critic.imagine_horizon = common.sequence_length
+    units, sizes = _official_units(tokenizer, world_model, actor_critic, batch, retnet.max_blocks, horizon)
+    units["imagination"] = (units["imagination"][0], batch * (horizon - wm["context_length"] + 1))
+    return units, sizes
+
+
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def official_dreamerv3(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
+    """NM512/dreamerv3-torch at ``configs.yaml`` ``defaults`` + ``atari100k`` (eager, fp32, on this
+    CPU): the world model's ``_train`` on ``B × 64`` frames, and ``ImagBehavior._imagine`` of
+    ``imag_horizon`` = 15 steps from every posterior state of that batch (``B · 64`` starts) with
+    the reward and continue heads on the imagined states (as its ``_train`` reads them next; wmzoo's
+    ``imagine_step`` predicts both in each step)."""
+    import_official(root, (), marker="models.py", src="")
+    import models
+
+    configs = yaml.safe_load((root / "configs.yaml").read_text())
+    cfg = _config_value(_merged(configs["defaults"], configs["atari100k"]))
+    cfg.update(device="cpu", compile=False, precision=32, num_actions=SYNTHETIC_ENV.num_actions)
+    config = types.SimpleNamespace(**cfg)
+    C, H, W = SYNTHETIC_ENV.obs_shape
+    obs_space = types.SimpleNamespace(spaces={"image": types.SimpleNamespace(shape=(H, W, C))})
+    act_space = types.SimpleNamespace(n=config.num_actions)
+    world_model = models.WorldModel(obs_space, act_space, 0, config)
+    behavior = models.ImagBehavior(config, world_model)
+    seq_len = config.batch_length
+    data = synthetic_batch(SYNTHETIC_ENV, batch, seq_len, torch.device("cpu"))
+    arrays = {
+        "image": data.obs.permute(0, 1, 3, 4, 2).numpy(), "reward": data.reward.numpy(),
+        "action": torch.nn.functional.one_hot(data.action, config.num_actions).float().numpy(),
+        "discount": (1.0 - data.terminal.float()).numpy(), "is_first": data.is_first.numpy(),
+        "is_terminal": data.terminal.numpy(),
+    }
+    post, _, _ = world_model._train(arrays)
+
+    def world_model_update() -> None:
+        world_model._train(arrays)
+
+    @torch.no_grad()
+    def imagination() -> None:  # the rollout, then its rewards and continues as ImagBehavior._train reads them
+        _, states, _ = behavior._imagine(post, behavior.actor, config.imag_horizon)
+        feat = world_model.dynamics.get_feat(states)
+        world_model.heads["reward"](feat).mode(), world_model.heads["cont"](feat).mean
+
+    units = {"world_model_update": (world_model_update, batch * seq_len),
+             "imagination": (imagination, batch * seq_len * config.imag_horizon)}
+    return units, params(world_model=world_model, actor=behavior.actor, critic=behavior.value)
+
+
+DREAMERV3_SIZE = {  # wmzoo's RSSM at dreamerv3-torch's defaults (DreamerV3 size S): 15.7M parameters
+    "deter": 512, "stoch": 32, "classes": 32, "hidden": 512, "mlp_layers": 2, "cnn_depth": 32,
+    "cnn_stages": 4, "batch_size": 16, "seq_len": 64,
+}
+
+
+def wmzoo_rssm_units(batch: int, seq_len: int, horizon: int = 15) -> tuple[Units, dict[str, int]]:
+    """wmzoo's RSSM at :data:`DREAMERV3_SIZE` with the ``dreamer`` policy's ``paper`` preset
+    (DreamerV3's 2 × 512 actor and critic, every posterior state a start)."""
+    info = SYNTHETIC_ENV
+    spec = world_model_spec("rssm", "paper", DREAMERV3_SIZE)
+    agent = Agent(bench_run("rssm", "paper", spec, info, "cpu", "fp32", False, {"horizon": horizon}), info)
+    wm, policy = agent.world_model, agent.policy
+    data = synthetic_batch(info, batch, seq_len, agent.device)
+    start, cont, _ = agent.train_world_model(data).imagination_start()
+
+    def world_model_update() -> None:
+        agent.train_world_model(data, starts=False)
+
+    @torch.no_grad()
+    def imagination() -> None:
+        wm.eval()
+        imagine(wm, policy, start, horizon, start_cont=cont)
+
+    units = {"world_model_update": (world_model_update, batch * seq_len),
+             "imagination": (imagination, batch * seq_len * horizon)}
+    sizes = {"world_model": sum(p.numel() for p in wm.parameters()),
+             "actor": sum(p.numel() for p in policy.actor.parameters()),
+             "critic": sum(p.numel() for p in policy.critic.parameters())}
+    return units, sizes
+
+
+def wmzoo_agent(backbone: str) -> Agent:
+    """wmzoo's ``backbone:paper`` with its default policy's ``paper`` preset, as its trainer builds them."""
+    info = SYNTHETIC_ENV
+    return Agent(bench_run(backbone, "paper", world_model_spec(backbone, "paper"), info, "cpu", "fp32", False), info)
+
+
+def wmzoo_units(agent: Agent, batch: int, seq_len: int) -> tuple[Units, dict[str, int]]:
+    """The two units in a token backbone's ``agent`` (IRIS, REM)."""
+    info = SYNTHETIC_ENV
+    wm, policy = agent.world_model, agent.policy
+    if policy.spec.segment != BURN_IN + 1:
+        fail(f"the policy's segments are {policy.spec.segment} frames, the official {BURN_IN + 1}")
+    data = synthetic_batch(info, batch, seq_len, agent.device)
+    segments = synthetic_batch(info, batch, policy.spec.segment, agent.device, seed=1)
+
+    def world_model_update() -> None:
+        wm.train()
+        with torch.no_grad():
+            tokens = wm.tokenizer.encode(data.obs)
+        loss, _ = wm._world_model_loss(data, tokens)
+        agent.optimizers["world_model"].step(loss)
+
+    @torch.no_grad()
+    def imagination() -> None:
+        wm.eval(), policy.eval()
+        start, cont, context = wm.imagination_starts(segments)
+        imagine(wm, policy, start, policy.spec.horizon, start_cont=cont, policy_state=policy.burn_in(context))
+
+    units = {"world_model_update": (world_model_update, batch * seq_len),
+             "imagination": (imagination, batch * policy.spec.horizon)}
+    (tok_params, _), (wm_params, _) = wm.components()["tokenizer"], wm.components()["world_model"]
+    sizes = {"tokenizer": sum(p.numel() for p in tok_params), "world_model": sum(p.numel() for p in wm_params),
+             "actor_critic": sum(p.numel() for p in policy.parameters())}
+    return units, sizes
+
+
+def time_alternately(sides: dict[str, Callable[[], None]], iters: int, warmup: int) -> dict[str, float]:
+    """Mean seconds of each side's call, the sides called in turn ``iters`` times after ``warmup``."""
+    for _ in range(warmup):
+        for fn in sides.values():
+            fn()
+    total = dict.fromkeys(sides, 0.0)
+    for _ in range(iters):
+        for name, fn in sides.items():
+            t0 = time.perf_counter()
+            fn()
+            total[name] += time.perf_counter() - t0
+    return {name: seconds / iters for name, seconds in total.items()}
+
+
+def compare(backbone: str, official: tuple[Units, dict[str, int]], batch: int, iters: int, warmup: int,
+            units: list[str]) -> list[dict]:
+    """Each of ``units`` timed alternately in the official code and in wmzoo."""
+    theirs, their_sizes = official
+    seq_len = theirs["world_model_update"][1] // batch  # the official segment
+    if backbone == "rssm":
+        ours, our_sizes = wmzoo_rssm_units(batch, seq_len)
+    else:
+        ours, our_sizes = wmzoo_units(wmzoo_agent(backbone), batch, seq_len)
+    print(f"{backbone}: parameters official {their_sizes}, wmzoo {our_sizes}", flush=True)
+    rows = []
+    for unit in units:
+        seconds = time_alternately({"official": theirs[unit][0], "wmzoo": ours[unit][0]}, iters, warmup)
+        frames = {"official": theirs[unit][1], "wmzoo": ours[unit][1]}
+        row = {"backbone": backbone, "unit": unit, "batch": batch,
+               "official_params": their_sizes, "wmzoo_params": our_sizes,
+               **{f"{k}_frames": frames[k] for k in seconds}, **{f"{k}_s": s for k, s in seconds.items()},
+               **{f"{k}_fps": frames[k] / s for k, s in seconds.items()}}
+        row["ratio"] = row["wmzoo_fps"] / row["official_fps"]
+        rows.append(row)
+        print(f"{backbone:<5} {unit:<19} B {batch:<3} official {row['official_fps']:7.1f} frames/s "
+              f"({seconds['official']:6.2f} s)  wmzoo {row['wmzoo_fps']:7.1f} frames/s "
+              f"({seconds['wmzoo']:6.2f} s)  ratio {row['ratio']:.2f}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--iris", type=Path, help="root of a checkout of eloialonso/iris")
+    p.add_argument("--rem", type=Path, help="root of a checkout of leor-c/REM")
+    p.add_argument("--dreamerv3", type=Path, help="root of a checkout of NM512/dreamerv3-torch (RSSM)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, nargs="+", default=[8], help="batch sizes, each timed in turn")
+    p.add_argument("--units", nargs="+", choices=("world_model_update", "imagination"),
+                   default=["world_model_update", "imagination"])
+    p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--json", type=Path, help="write the figures here")
+    args = p.parse_args(argv)
+    if not (args.iris or args.rem or args.dreamerv3):
+        p.error("give at least one of --iris PATH, --rem PATH, --dreamerv3 PATH")
+    if min(args.threads, args.iters, *args.batch) < 1 or args.warmup < 0:
+        p.error("--threads, --batch and --iters must be at least 1, --warmup at least 0")
+    torch.set_num_threads(args.threads)
+    rows = []
+    codes = (("iris", args.iris, official_iris), ("rem", args.rem, official_rem),
+             ("rssm", args.dreamerv3, official_dreamerv3))
+    for backbone, root, build in codes:
+        if root is None:
+            continue
+        for batch in args.batch:
+            torch.manual_seed(0)
+            theirs = build(root.expanduser(), batch)
+            rows += compare(backbone, theirs, batch, args.iters, args.warmup, args.units)
+    if args.json:
+        meta = {"threads": args.threads, "iters": args.iters, "warmup": args.warmup, "burn_in": BURN_IN}
+        write_text_atomic(args.json, json.dumps({**meta, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
