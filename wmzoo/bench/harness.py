@@ -3,8 +3,8 @@
 Times, in one process and side by side, either the world-model **train** step (forward loss,
 backward, optimiser step of every component) or the **imagine** loop (observe a context, then the
 generic imagination engine, acting uniformly at random or, with ``actions="policy"``, with the
-backbone's default policy at the preset, its forward pass timed in every step) of any registered backbone, on
-synthetic data of an environment's shape, after warm-up iterations. Throughput is frames per
+backbone's default policy at the preset, its forward pass timed in every step) of any registered
+backbone, on synthetic data of an environment's shape, after warm-up iterations. Throughput is frames per
 second: ``B·T`` trained frames per train step, ``B·H`` imagined frames per imagination (the
 ``T``-step context is observed once beforehand and not timed).
 A backbone that trains statefully (``stateful_training``: RSSM with truncated BPTT, TSSM-XL) goes
@@ -557,7 +557,8 @@ def format_env_table(records: list[EnvBenchRecord]) -> str:
 def variant_name(record: BenchRecord) -> str:
     """``fp32``, ``bf16``, ``fp32+compile``, ...: how a record's backbone ran (``+policy``: it
     imagined under its own policy)."""
-    return record.precision + ("+compile" if record.compiled else "") + ("+policy" if record.actions == "policy" else "")
+    policy = "+policy" if record.actions == "policy" else ""
+    return record.precision + ("+compile" if record.compiled else "") + policy
 
 
 def format_table(records: list[BenchRecord]) -> str:
