@@ -1,13 +1,15 @@
-"""wmzoo's IRIS and REM beside their official codes, in one process, on this CPU (issue 15).
+"""wmzoo's IRIS, REM and RSSM beside their official codes, in one process, on this CPU.
 
 Each official code is read from a local checkout (``--iris PATH``: github.com/eloialonso/iris;
-``--rem PATH``: github.com/leor-c/REM; the root holding ``src/`` and ``config/``; nothing is
-downloaded) and built at its default Atari configs, the sizes of wmzoo's ``iris:paper`` and
-``rem:paper``; wmzoo's is built as its trainer builds it. Both see the same synthetic 64×64 frames
-and 6 actions and the same threads; each unit of work is timed alternately (official, wmzoo,
-official, …) after a warm-up, so a load on the machine falls on both alike:
+``--rem PATH``: github.com/leor-c/REM; ``--dreamerv3 PATH``: github.com/NM512/dreamerv3-torch;
+nothing is downloaded) and built at its default Atari config, the sizes of wmzoo's ``iris:paper``,
+``rem:paper`` and RSSM at :data:`DREAMERV3_SIZE`; wmzoo's is built as its trainer builds it. Both
+see the same synthetic 64×64 frames and 6 actions and the same threads; each unit of work is timed
+alternately (official, wmzoo, official, …) after a warm-up, so a load on the machine falls on both
+alike:
 
-- **world model update** (``B × T`` frames, ``T`` the code's own segment: IRIS 20, REM 10): the
+- **world model update** (``B × T`` frames, ``T`` the code's own segment: IRIS 20, REM 10,
+  DreamerV3 64): the
   batch's tokens from the tokenizer, the world model's loss, backward, clip, AdamW step (official
   ``WorldModel.compute_loss`` as its trainer steps it; wmzoo the ``world_model`` component's loss and
   step). The tokenizer's own training is left out of both; the official REM encodes the batch
@@ -19,7 +21,8 @@ official, …) after a warm-up, so a load on the machine falls on both alike:
   next frame (official ``ActorCritic.imagine``/``ActorCriticLS.imagine``; wmzoo
   ``imagination_starts`` + ``burn_in`` + the imagination engine under ``iris-ac``/``rem-ac``
   ``paper``), without gradient. The official REM acts ``H − context + 1`` = 9 times in a horizon of
-  10 (its two context blocks count), wmzoo 10: each is credited with its own actions.
+  10 (its two context blocks count), wmzoo 10: each is credited with its own actions. RSSM: 15
+  steps from every posterior state of the batch (:func:`official_dreamerv3`).
 
 The official codes need ``einops`` (both) and ``loguru`` and ``yet-another-retnet`` (REM):
 ``pip install einops loguru && pip install --no-deps yet-another-retnet``; the modules they import
@@ -28,6 +31,7 @@ missing, and so is their replay buffer module (``dataset``: REM's no longer impo
 torch; only its ``Batch`` type is read). ::
 
     python benchmarks/official_speed.py --iris ~/src/iris --rem ~/src/REM --threads 2 --batch 8
+    python benchmarks/official_speed.py --dreamerv3 ~/src/dreamerv3-torch --threads 2 --batch 16
 """
 
 from __future__ import annotations
@@ -134,8 +138,10 @@ def _official_batches(batch: int, seq_len: int) -> tuple[dict, dict]:
     return wm_batch, ac_batch
 
 
-def _official_units(tokenizer, world_model, actor_critic, batch: int, seq_len: int,
+def _official_units(tokenizer, world_model, actor_critic, batch: int, seq_len: int, horizon: int,
                     acted: int) -> tuple[Units, dict[str, int]]:
+    """A token code's two units: its world-model update on ``B × seq_len`` frames, and its
+    actor-critic's imagination of ``horizon`` (credited with the ``acted`` actions it takes)."""
     wm_batch, ac_batch = _official_batches(batch, seq_len)
     optimizer = torch.optim.AdamW(world_model.parameters(), lr=1e-4, weight_decay=0.01)
 
@@ -151,9 +157,9 @@ def _official_units(tokenizer, world_model, actor_critic, batch: int, seq_len: i
     @torch.no_grad()
     def imagination() -> None:
         actor_critic.eval()
-        actor_critic.imagine(ac_batch, tokenizer, world_model, acted)
+        actor_critic.imagine(ac_batch, tokenizer, world_model, horizon)
 
-    units = {"world_model_update": (world_model_update, batch * seq_len), "imagination": (imagination, 0)}
+    units = {"world_model_update": (world_model_update, batch * seq_len), "imagination": (imagination, batch * acted)}
     return units, params(tokenizer=tokenizer, world_model=world_model, actor_critic=actor_critic)
 
 
@@ -170,9 +176,7 @@ def official_iris(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     tokenizer = Tokenizer(tok["vocab_size"], tok["embed_dim"], Encoder(coder), Decoder(coder), with_lpips=False)
     world_model = WorldModel(tok["vocab_size"], SYNTHETIC_ENV.num_actions, TransformerConfig(**wm))
     actor_critic = ActorCritic(SYNTHETIC_ENV.num_actions, use_original_obs=False)
-    units, sizes = _official_units(tokenizer, world_model, actor_critic, batch, wm["max_blocks"], 20)
-    units["imagination"] = (units["imagination"][0], batch * 20)
-    return units, sizes
+    return _official_units(tokenizer, world_model, actor_critic, batch, wm["max_blocks"], 20, 20)
 
 
 def official_rem(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
@@ -193,9 +197,8 @@ def official_rem(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     actor_critic = ActorCriticLS(**ac, act_vocab_size=SYNTHETIC_ENV.num_actions, token_embed_dim=tok["embed_dim"],
                                  tokens_per_obs=retnet.tokens_per_block - 1, context_len=wm["context_length"])
     horizon = retnet.max_blocks  # training.actor_critic.imagine_horizon = common.sequence_length
-    units, sizes = _official_units(tokenizer, world_model, actor_critic, batch, retnet.max_blocks, horizon)
-    units["imagination"] = (units["imagination"][0], batch * (horizon - wm["context_length"] + 1))
-    return units, sizes
+    acted = horizon - wm["context_length"] + 1  # ActorCriticLS.imagine's effective horizon
+    return _official_units(tokenizer, world_model, actor_critic, batch, retnet.max_blocks, horizon, acted)
 
 
 def _merged(base: dict, over: dict) -> dict:
