@@ -53,6 +53,7 @@ from wmzoo.atomic import write_text_atomic
 from wmzoo.bench.harness import SYNTHETIC_ENV, bench_run
 from wmzoo.imagination import imagine
 from wmzoo.registry import world_model_spec
+from wmzoo.specs import merge
 from wmzoo.testing import synthetic_batch
 from wmzoo.train.agent import Agent
 
@@ -201,13 +202,6 @@ def official_rem(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     return _official_units(tokenizer, world_model, actor_critic, batch, retnet.max_blocks, horizon, acted)
 
 
-def _merged(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def official_dreamerv3(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     """NM512/dreamerv3-torch at ``configs.yaml`` ``defaults`` + ``atari100k`` (eager, fp32, on this
     CPU): the world model's ``_train`` on ``B × 64`` frames, and ``ImagBehavior._imagine`` of
@@ -218,7 +212,7 @@ def official_dreamerv3(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     import models
 
     configs = yaml.safe_load((root / "configs.yaml").read_text())
-    cfg = _config_value(_merged(configs["defaults"], configs["atari100k"]))
+    cfg = _config_value(merge(configs["defaults"], configs["atari100k"]))
     cfg.update(device="cpu", compile=False, precision=32, num_actions=SYNTHETIC_ENV.num_actions)
     config = types.SimpleNamespace(**cfg)
     C, H, W = SYNTHETIC_ENV.obs_shape
@@ -276,10 +270,7 @@ def wmzoo_rssm_units(batch: int, seq_len: int, horizon: int = 15) -> tuple[Units
 
     units = {"world_model_update": (world_model_update, batch * seq_len),
              "imagination": (imagination, batch * seq_len * horizon)}
-    sizes = {"world_model": sum(p.numel() for p in wm.parameters()),
-             "actor": sum(p.numel() for p in policy.actor.parameters()),
-             "critic": sum(p.numel() for p in policy.critic.parameters())}
-    return units, sizes
+    return units, params(world_model=wm, actor=policy.actor, critic=policy.critic)
 
 
 def wmzoo_agent(backbone: str) -> Agent:
@@ -312,10 +303,9 @@ def wmzoo_units(agent: Agent, batch: int, seq_len: int) -> tuple[Units, dict[str
 
     units = {"world_model_update": (world_model_update, batch * seq_len),
              "imagination": (imagination, batch * policy.spec.horizon)}
-    (tok_params, _), (wm_params, _) = wm.components()["tokenizer"], wm.components()["world_model"]
-    sizes = {"tokenizer": sum(p.numel() for p in tok_params), "world_model": sum(p.numel() for p in wm_params),
-             "actor_critic": sum(p.numel() for p in policy.parameters())}
-    return units, sizes
+    components = wm.components()
+    sizes = {name: sum(p.numel() for p in components[name][0]) for name in ("tokenizer", "world_model")}
+    return units, {**sizes, **params(actor_critic=policy)}
 
 
 def time_alternately(sides: dict[str, Callable[[], None]], iters: int, warmup: int) -> dict[str, float]:

@@ -32,7 +32,7 @@ def test_configs_read_as_the_official_loaders_read_them(official_speed):
         "encoder": {"config": {"input_resolution": (64, 64), "act": "SiLU"}},
     }
     base = {"actor": {"layers": 2, "dist": "normal"}, "envs": 4}
-    assert official_speed._merged(base, {"actor": {"dist": "onehot"}, "envs": 1}) == {
+    assert official_speed.merge(base, {"actor": {"dist": "onehot"}, "envs": 1}) == {
         "actor": {"layers": 2, "dist": "onehot"}, "envs": 1}
     assert base["actor"]["dist"] == "normal"  # the defaults are not changed in place
 
