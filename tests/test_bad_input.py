@@ -180,3 +180,183 @@ def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(world, ca
     assert code == 2 and err == [f"wmzoo: error: No space left on device: {logdir / 'checkpoint.safetensors'}; "
                                  "free some space (the last checkpoint written is intact) and --resume"], err
     assert (logdir / "checkpoint.safetensors").read_bytes() == before
+
+
+# --------------------------------------------------------------------------- output paths
+
+ARTEFACTS = {  # what a user must never lose to a mistyped output path
+    "checkpoint": "{ckpt}", "run.yaml": "{run}/run.yaml", "replay chunk": "{chunk}",
+    "dataset manifest": "{dataset}/manifest.json", "dataset chunk": "{dataset_chunk}",
+}
+FILE_OUTPUTS = {  # every command's file-valued output flag, {target} the path it is given
+    "eval --json": "eval --checkpoint {ckpt} --episodes 1 --max-steps 3 --json {target}",
+    "bench --json": "bench --backbones rssm:tiny --mode train --batch 2 --seq-len 4 --iters 1 --warmup 0 --json {target}",
+    "bench --mode env --json": "bench --mode env --env minigrid-empty-5x5 --envs 1 --steps 3 --json {target}",
+    "aggregate --json": "aggregate {eval_json} --json {target}",
+    "imagine --out": "imagine --checkpoint {ckpt} --context 2 --horizon 2 --out {target}",
+    "study init": "study init {target}",
+}
+FOLDER_OUTPUTS = {  # every command's folder-valued output flag
+    "run --logdir": "run --backbone rssm --preset tiny --steps 5 --no-progress --logdir {target}",
+    "evaluate --out": "evaluate --checkpoint {ckpt} --protocol imagination --data {dataset} --out {target}",
+    "data generate --out": "data generate --env minigrid-empty-5x5 --episodes 1 --size 16 --out {target}",
+    "data import-libero --out": "data import-libero {libero} --out {target}",
+    "study run --out": "study run {study_yaml} --out {target} --no-progress",
+    "study report": "study report {target} --no-bench --no-video",
+}
+FOREIGN_FOLDERS = {  # folders of another kind, for the commands that write folders of their own
+    "run folder": ("{run}", ("data generate --out", "data import-libero --out", "study run --out")),
+    "replay folder": ("{run}/replay", ("data generate --out", "data import-libero --out", "study run --out")),
+    "dataset folder": ("{dataset}", ("run --logdir", "study run --out")),
+}
+OUTPUT_CASES = (
+    [(f"{flag} at a {what}", argv, target) for flag, argv in {**FILE_OUTPUTS, **FOLDER_OUTPUTS}.items()
+     for what, target in ARTEFACTS.items()]
+    + [(f"{flag} at a {what}", FOLDER_OUTPUTS[flag], target) for what, (target, flags) in FOREIGN_FOLDERS.items()
+       for flag in flags]
+    + [(f"{flag} at a checkpoint renamed {name}", FILE_OUTPUTS[flag], "{root}/renamed/" + name)
+       for flag, name in (("imagine --out", "x.gif"), ("imagine --out", "x.png"), ("eval --json", "x.json"),
+                          ("bench --json", "x.json"), ("aggregate --json", "x.json"))]
+    + [("eval --json at a JSON of another command", FILE_OUTPUTS["eval --json"], "{bench_json}"),
+       ("bench --json at a JSON of another command", FILE_OUTPUTS["bench --json"], "{eval_json}")]
+)
+
+
+@pytest.fixture(scope="module")
+def outputs(world: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The bad-input world plus a dataset, a LIBERO file, a study YAML, an eval and a bench JSON
+    and a checkpoint copied under output names (``renamed/``)."""
+    from libero_fakes import write_libero
+
+    root = world["root"]
+    dataset = root / "dataset"
+    assert main(["data", "generate", "--env", "minigrid-empty-5x5", "--episodes", "2", "--size", "16",
+                 "--out", str(dataset)]) == 0
+    eval_json, bench_json = root / "eval.json", root / "bench.json"
+    assert main(FILE_OUTPUTS["eval --json"].format(ckpt=world["ckpt"], target=eval_json).split()) == 0
+    assert main(FILE_OUTPUTS["bench --json"].format(target=bench_json).split()) == 0
+    renamed = root / "renamed"
+    renamed.mkdir(exist_ok=True)
+    for name in ("x.gif", "x.png", "x.json"):
+        shutil.copyfile(world["ckpt"], renamed / name)
+    libero = tmp_path_factory.mktemp("libero") / "pick_up_the_bowl_demo.hdf5"
+    write_libero(libero, [5], "pick up the bowl")
+    study_yaml = tmp_path_factory.mktemp("study") / "study.yaml"
+    assert main(["study", "init", str(study_yaml)]) == 0
+    return {**world, "dataset": dataset, "eval_json": eval_json, "bench_json": bench_json, "libero": libero,
+            "study_yaml": study_yaml, "chunk": next((world["run"] / "replay").glob("*.npz")),
+            "dataset_chunk": next((dataset / "train").glob("*.npz"))}
+
+
+@pytest.mark.parametrize(("case", "argv", "target"), OUTPUT_CASES, ids=[c[0] for c in OUTPUT_CASES])
+def test_no_output_path_overwrites_what_the_command_did_not_write(outputs, capsys, case, argv, target):
+    # Catches: an output flag pointed (by a typo or tab completion) at a checkpoint, run.yaml,
+    # replay chunk, dataset file or a foreign folder replacing or polluting it, exit 0 (`eval
+    # --json <checkpoint>` replaced a 4.9 MB checkpoint with 428 bytes of JSON), or work done
+    # before the refusal.
+    paths = {key: str(value) for key, value in outputs.items()}
+    target = target.format(**paths)
+    before = _hashes(outputs["root"])
+    capsys.readouterr()
+    code = main(argv.format(**paths, target=target).split())
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and "Warning" not in line]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("wmzoo: error:"), f"{case}: exit {code}\n{err}"
+    assert Path(target).name in lines[0], lines[0]
+    assert _hashes(outputs["root"]) == before, f"{case}: files changed"
+
+
+def test_a_command_rewrites_its_own_earlier_output(outputs, capsys, tmp_path):
+    # Catches: the output rule refusing what it should allow — re-running a command over its own
+    # earlier output (the usual workflow) — or a new file not being written at all.
+    for flag, name in (("eval --json", "again.json"), ("bench --json", "again.json"),
+                       ("imagine --out", "again.gif"), ("aggregate --json", "agg.json")):
+        target = tmp_path / flag.split()[0] / name
+        argv = FILE_OUTPUTS[flag].format(**{k: str(v) for k, v in outputs.items()}, target=target).split()
+        assert main(argv) == 0 and target.is_file()
+        first = target.stat().st_mtime_ns
+        assert main(argv) == 0, f"{flag}: {capsys.readouterr().err}"
+        assert target.stat().st_mtime_ns >= first and target.stat().st_size > 0
+
+
+def test_checkpoint_tensors_of_another_dtype_or_shape_are_refused(world, capsys, tmp_path):
+    # Catches: a safetensors header that declares an integer dtype for a float weight of the same
+    # byte size loading as garbage weights (eval, imagine and --resume exited 0); the same bytes
+    # declared as twice as many half floats. (Optimizer moments: tests/test_optim.py.)
+    import json
+    import struct
+
+    raw = world["ckpt"].read_bytes()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + size])
+    tree = json.loads(header["__metadata__"]["tree"])
+    cases = {}
+    for name, dtype in (("weight-int32", "I32"), ("weight-float16-pairs", "F16")):
+        key = next(k for k, v in header.items() if k.startswith("/world_model/") and v.get("dtype") == "F32"
+                   and len(v["shape"]) == 2)
+        change = {"dtype": dtype} if dtype == "I32" else {"dtype": dtype, "shape": [*header[key]["shape"][:-1], 2 * header[key]["shape"][-1]]}
+        edited = {**header, key: {**header[key], **change}}
+        text = json.dumps(edited).encode()
+        text += b" " * (-len(text) % 8)
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + size:])
+        cases[name] = (path, key)
+    assert tree  # the edit keeps wmzoo's own JSON tree
+    for name, (path, key) in cases.items():
+        for argv in (["eval", "--checkpoint", str(path), "--episodes", "1"],
+                     ["imagine", "--checkpoint", str(path), "--out", str(tmp_path / "x.gif")]):
+            capsys.readouterr()
+            assert main(argv) == 2, name
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and err[0].startswith("wmzoo: error:") and key.split("/")[-1] in err[0], (name, err)
+            assert "does not fit" in err[0]
+    assert not (tmp_path / "x.gif").exists()
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    ("no run section", "'run' section"), ("no env section", "'env' section"), ("no progress section", "'progress' section"),
+    ("env without obs_shape", "env section"), ("progress as text", "env_steps = 'many'"),
+    ("negative progress", "updates = -3"), ("unknown progress counter", "bogus"),
+    ("fractional counter", "episodes = 1.5"), ("tree not a mapping", "not a mapping"),
+])
+def test_checkpoints_with_damaged_sections_are_one_line_everywhere(world, capsys, tmp_path, damage, says):
+    # Catches: a checkpoint that parses but lacks its run/env/progress section, or carries edited
+    # progress counters, ending in a KeyError/TypeError traceback in eval, imagine, evaluate and
+    # --resume (or resuming from nonsense counters).
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(world["ckpt"]), "pt") as f:
+        tensors = {key: f.get_tensor(key) for key in f.keys()}
+        meta = f.metadata()
+    tree = dict(json.loads(meta["tree"])["__dict__"])
+    if damage.startswith("no "):
+        tree.pop(damage.split()[1])
+    elif damage == "env without obs_shape":
+        tree["env"] = {"__dict__": [kv for kv in tree["env"]["__dict__"] if kv[0] != "obs_shape"]}
+    elif damage == "tree not a mapping":
+        tree = None
+    else:
+        counters = dict(tree["progress"]["__dict__"])
+        counters.update({"progress as text": {"env_steps": "many"}, "negative progress": {"updates": -3},
+                         "unknown progress counter": {"bogus": 1}, "fractional counter": {"episodes": 1.5}}[damage])
+        tree["progress"] = {"__dict__": list(counters.items())}
+    skeleton = None if tree is None else {"__dict__": list(tree.items())}
+    logdir = tmp_path / "run"
+    shutil.copytree(world["run"], logdir)
+    path = logdir / "checkpoint.safetensors"
+    save_file(tensors, str(path), metadata={**meta, "tree": json.dumps(skeleton)})
+    before = _hashes(tmp_path)
+    for argv in (["eval", "--checkpoint", str(path), "--episodes", "1"],
+                 ["imagine", "--checkpoint", str(path), "--out", str(tmp_path / "x.gif")],
+                 ["evaluate", "--checkpoint", str(path), "--protocol", "imagination", "--data", str(world["run"] / "replay"),
+                  "--out", str(tmp_path / "evaluate")],
+                 ["run", "--logdir", str(logdir), "--resume", "--steps", "80", "--no-progress"]):
+        capsys.readouterr()
+        code = main(argv)
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert code == 2 and len(err) == 1 and err[0].startswith("wmzoo: error:"), (argv[0], err)
+        assert says in err[0] or argv[0] in ("evaluate",) and "data" in err[0], (argv[0], err[0])
+    assert _hashes(tmp_path) == before

@@ -27,7 +27,7 @@ def _tree():
 def test_round_trip_restores_tensors_ints_and_optimizer(tmp_path):
     tree = _tree()
     path = save_checkpoint(tmp_path / "ckpt.safetensors", tree)
-    back = load_checkpoint(path)
+    back = load_checkpoint(path, sections=())
     for key, value in tree["model"].items():
         assert torch.equal(back["model"][key], value)
     assert set(back["optim"]["state"]) == {0, 1}  # integer keys survive
@@ -43,7 +43,7 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
     save_checkpoint(path, {"a": torch.ones(2)})
     save_checkpoint(path, {"a": torch.zeros(2)})
     assert sorted(os.listdir(tmp_path)) == ["ckpt.safetensors"]
-    assert torch.equal(load_checkpoint(path)["a"], torch.zeros(2))
+    assert torch.equal(load_checkpoint(path, sections=())["a"], torch.zeros(2))
 
 
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path):
@@ -51,7 +51,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path):
     save_checkpoint(path, {"a": torch.ones(2)})
     with pytest.raises(TypeError):
         save_checkpoint(path, {"a": object()})
-    assert torch.equal(load_checkpoint(path)["a"], torch.ones(2))
+    assert torch.equal(load_checkpoint(path, sections=())["a"], torch.ones(2))
     assert sorted(os.listdir(tmp_path)) == ["ckpt.safetensors"]
 
 
@@ -71,7 +71,7 @@ def test_corrupt_checkpoints_raise_one_line(tmp_path, damage):
 
         save_file({"w": torch.ones(1)}, str(path))
     with pytest.raises(WmzooError) as info:
-        load_checkpoint(path)
+        load_checkpoint(path, sections=())
     message = str(info.value)
     assert "\n" not in message and str(path) in message
     assert ("corrupt or truncated" in message) or ("not a wmzoo checkpoint" in message)
@@ -79,4 +79,4 @@ def test_corrupt_checkpoints_raise_one_line(tmp_path, damage):
 
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(WmzooError, match="no such file"):
-        load_checkpoint(tmp_path / "nope.safetensors")
+        load_checkpoint(tmp_path / "nope.safetensors", sections=())

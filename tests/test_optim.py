@@ -179,3 +179,28 @@ def test_a_component_starts_at_its_update() -> None:
         assert b.weight.grad is None or update >= 2
     assert opts["first"].updates == 3 and opts["later"].updates == 1
     assert step_components(opts, {"first": a(x).sum(), "later": b(x).sum()}) .keys() == {"first", "later"}
+
+
+@pytest.mark.parametrize("damage", ["moment as int32", "moment of another shape", "step as int64", "unknown parameter"])
+def test_a_saved_state_whose_moments_do_not_fit_their_parameters_is_refused(damage: str) -> None:
+    """Catches a checkpoint's optimizer state loaded without a check: torch casts an int32 moment
+    (a float's bytes read as integers) and an integer ``step`` to the parameter's dtype, and
+    broadcasts a moment of another shape, all without a word — Adam then steps with garbage."""
+    net, opt = _net_and_optimizer()
+    opt.step(_loss(net))
+    state = opt.state_dict()
+    entry = state["opt"]["state"][0]
+    if damage == "moment as int32":
+        entry["exp_avg"] = entry["exp_avg"].view(torch.int32)
+    elif damage == "moment of another shape":
+        entry["exp_avg"] = entry["exp_avg"].reshape(-1)[:1]
+    elif damage == "step as int64":
+        entry["step"] = torch.tensor(1)
+    else:
+        state["opt"]["state"][99] = entry
+    fresh, fresh_opt = _net_and_optimizer()
+    with pytest.raises(ValueError, match="optimizer state") as info:
+        fresh_opt.load_state_dict(state)
+    assert ("99" if damage == "unknown parameter" else "0/") in str(info.value)
+    intact_net, intact = _net_and_optimizer()
+    intact.load_state_dict(_net_and_optimizer()[1].state_dict())  # an intact state still loads

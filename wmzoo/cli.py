@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmzoo.errors import WmzooError
+from wmzoo.outputs import AGGREGATE_JSON, BENCH_JSON, EVAL_JSON, IMAGE, check_output
 
 if TYPE_CHECKING:
     from wmzoo.specs import RunSpec
@@ -478,6 +479,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise WmzooError("--episodes and --max-steps must be at least 1")
     if args.temperature is not None and not args.temperature > 0:
         raise WmzooError(f"--temperature {args.temperature}: must be positive (1: the policy's own distribution)")
+    if args.json_path:
+        check_output(args.json_path, EVAL_JSON, "--json")
     agent = load_agent(args.checkpoint, args.device)
     sample = args.sample or args.temperature is not None
     temperature = 1.0 if args.temperature is None else args.temperature
@@ -524,6 +527,7 @@ def cmd_imagine(args: argparse.Namespace) -> int:
         raise WmzooError(f"--out {args.out}: the file must end in .gif or .png")
     if args.context < 1 or args.horizon < 1:
         raise WmzooError("--context and --horizon must be at least 1")
+    check_output(args.out, IMAGE, "--out")
     agent = load_agent(args.checkpoint, args.device)
     batch = play_episode(agent, args.context + args.horizon, seed=args.seed)
     real, model = imagine_open_loop(agent, batch, args.context)
@@ -536,6 +540,8 @@ def cmd_imagine(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from wmzoo.bench.harness import format_env_table, format_table, run_bench, run_env_bench, write_json
 
+    if args.json_path:
+        check_output(args.json_path, BENCH_JSON, "--json")
     if args.mode == "env":
         if not args.env:
             raise WmzooError("--mode env needs --env NAME (the environment to time)")
@@ -573,6 +579,8 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
     if args.reps < 1:
         raise WmzooError("--reps must be at least 1")
+    if args.json_path:
+        check_output(args.json_path, AGGREGATE_JSON, "--json")
     groups = aggregate_eval_files(args.files, reps=args.reps, seed=args.seed)
     print(format_aggregate(groups))
     print(f"(95% stratified bootstrap confidence intervals, {args.reps} replicates; Agarwal et al., 2021)")

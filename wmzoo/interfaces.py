@@ -85,8 +85,17 @@ class EnvInfo:
 
     @classmethod
     def from_dict(cls, fields: dict[str, Any]) -> EnvInfo:
-        """From ``dataclasses.asdict`` output read back from JSON (lists become the shape tuple)."""
-        return cls(**{**fields, "obs_shape": tuple(fields["obs_shape"])})
+        """From ``dataclasses.asdict`` output read back from JSON (lists become the shape tuple);
+        ``ValueError`` when the fields do not describe an env (an edited or foreign file)."""
+        try:
+            info = cls(**{**fields, "obs_shape": tuple(fields["obs_shape"])})
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        whole = [n for n in (*info.obs_shape, info.num_actions) if isinstance(n, int) and not isinstance(n, bool) and n >= 1]
+        if not (isinstance(info.name, str) and len(info.obs_shape) == 3 and len(whole) == 4
+                and isinstance(info.discrete, bool)):
+            raise ValueError("name, obs_shape [C, H, W], num_actions and discrete do not describe an env")
+        return info
 
     @property
     def action_shape(self) -> tuple[int, ...]:

@@ -129,6 +129,21 @@ class Optimizer:
         return {"opt": self.opt.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
+        """Load a :meth:`state_dict`; ``ValueError`` naming the first moment estimate whose dtype or
+        shape is not its parameter's (torch would cast or broadcast it silently)."""
+        params = [p for group in self.opt.param_groups for p in group["params"]]
+        for index, entry in state["opt"]["state"].items():
+            if not 0 <= int(index) < len(params):
+                raise ValueError(f"optimizer state of parameter {index}: the optimizer has {len(params)} parameters")
+            param = params[int(index)]
+            for key, value in entry.items():
+                if not isinstance(value, Tensor):
+                    continue
+                if key == "step" and value.is_floating_point() and value.numel() == 1:
+                    continue
+                if key == "step" or value.dtype != param.dtype or value.shape != param.shape:
+                    raise ValueError(f"optimizer state {index}/{key} is {str(value.dtype)[6:]} {list(value.shape)} "
+                                     f"where its parameter is {str(param.dtype)[6:]} {list(param.shape)}")
         self.opt.load_state_dict(state["opt"])
         self.updates = int(state["updates"])
 

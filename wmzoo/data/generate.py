@@ -32,6 +32,7 @@ from wmzoo.data.record import record_episode, write_episode
 from wmzoo.data.splits import PAPER_SPLIT, SPLITS, normalise_split, split_counts, split_of, stream_id
 from wmzoo.data.store import ChunkName, read_chunk
 from wmzoo.errors import WmzooError
+from wmzoo.outputs import check_output_folder
 
 _MANIFEST_EVERY_S = 10.0  # how often a long run records its progress in the manifest
 _START_METHOD = "forkserver"
@@ -57,7 +58,7 @@ def generate(
 
     if episodes < 1 or workers < 1 or size < 8:
         raise WmzooError("--episodes and --workers must be at least 1 and --size at least 8")
-    root = Path(out)
+    root = check_output_folder(out, MANIFEST, "--out")
     args = Arguments(env, episodes, size, seed, normalise_split(split))
     existing = Manifest.read(root) if (root / MANIFEST).exists() else None
     if existing is not None:

@@ -69,6 +69,7 @@ from wmzoo.data.splits import PAPER_SPLIT, normalise_split
 from wmzoo.envs.wrappers import resize_rgb
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.interfaces import EnvInfo
+from wmzoo.outputs import check_output_folder
 
 SUITES = {
     "libero_spatial": "libero-spatial",
@@ -301,7 +302,7 @@ def import_libero(
     name = _env_name(headers, env)
     demos = [(i, demo) for i, h in enumerate(headers) for demo in h.demos]
     order = [demos[j] for j in np.random.default_rng(seed).permutation(len(demos))]
-    root = Path(out)
+    root = check_output_folder(out, MANIFEST, "--out")
     args = Arguments(name, len(demos), size, seed, normalise_split(split))
     source = _source(headers, camera, align, image_convention, order)
     existing = Manifest.read(root) if (root / MANIFEST).exists() else None

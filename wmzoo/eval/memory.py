@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from wmzoo.atomic import write_text_atomic
+from wmzoo.outputs import EVALUATE_JSON, IMAGE, check_output
 from wmzoo.data.dataset import Manifest, iter_episodes, load_episodes
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.eval.plots import line_plot
@@ -457,6 +458,13 @@ def evaluate_memory(
 
     if protocol not in PROTOCOLS:
         raise WmzooError(f"unknown protocol '{protocol}'; expected one of {', '.join(PROTOCOLS)}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise WmzooError(f"--out {out}: is a file, not a folder; give a folder for the results (nothing was written)")
+    check_output(out / f"{protocol}.json", EVALUATE_JSON, "--out")
+    plot = {"imagination": out / "imagination.png", "recall": out / "recall.png"}.get(protocol)
+    if plot is not None:
+        check_output(plot, IMAGE, "--out")
     manifest = Manifest.read(Path(data))
     if context is not None and manifest.context_length is None:
         manifest = dataclasses.replace(manifest, context_length=context)
@@ -492,17 +500,16 @@ def evaluate_memory(
         payload["skipped_episodes"] = len(skipped)  # too short for --context: no query row
         if skipped:
             log(f"left out {len(skipped)} episodes of at most {context} rows (no query row after --context {context})")
-    out = Path(out)
     path = write_text_atomic(out / f"{protocol}.json", json.dumps(payload, indent=2))
     for line in summary(results):
         log(line)
     log(f"wrote {path}")
     if protocol == "imagination":
         curve = results["gen_mse_per_step"]
-        log(f"wrote {line_plot(out / 'imagination.png', range(1, len(curve) + 1), curve, 'imagination step', 'Gen. MSE')}")
+        log(f"wrote {line_plot(plot, range(1, len(curve) + 1), curve, 'imagination step', 'Gen. MSE')}")
     elif protocol == "recall":
         x, y = results["extra_frames"], results["gen_mse"]
-        log(f"wrote {line_plot(out / 'recall.png', x, y, 'observations after the teleport', 'Gen. MSE')}")
+        log(f"wrote {line_plot(plot, x, y, 'observations after the teleport', 'Gen. MSE')}")
     return payload
 
 

@@ -39,6 +39,7 @@ import yaml
 from wmzoo.atomic import write_text_atomic
 from wmzoo.errors import WmzooError
 from wmzoo.hookspecs import WidthKnob
+from wmzoo.outputs import check_output_folder
 from wmzoo.study.spec import StudySpec, study_from_dict
 
 STUDY_FILE = "study.yaml"
@@ -346,9 +347,7 @@ def run_study(
         raise WmzooError(f"--jobs {jobs}: must be at least 1")
     if executor not in EXECUTORS:
         raise WmzooError(f"--executor {executor}: expected one of {', '.join(EXECUTORS)}")
-    out = Path(out)
-    if not (out / STUDY_FILE).exists() and out.exists() and any(out.iterdir()):
-        raise WmzooError(f"--out {out} is not empty and holds no {STUDY_FILE}: choose an empty or new folder")
+    out = check_output_folder(out, STUDY_FILE, "--out")
     with study_lock(out):
         cells = prepare(study, raw, out, log)
         todo = [c for c in cells if cell_record(out / c.path).get("state") != "done"]

@@ -23,6 +23,7 @@ from wmzoo.interfaces import (
 from wmzoo.optim import Optimizer, step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
 from wmzoo.specs import RunSpec
+from wmzoo.train.checkpoint import tensor_mismatch
 from wmzoo.train.nonfinite import nonfinite_tensors
 
 
@@ -186,15 +187,20 @@ class Agent(nn.Module):
 
     def load_state_tree(self, tree: dict[str, Any], source: str = "checkpoint") -> None:
         """Load a checkpoint's weights and optimizer states; a tree that does not fit this agent
-        (missing or unexpected tensors, other shapes: another model format or preset) is one line
-        naming the first mismatch. Checkpoints from before policies stepped through
+        (missing or unexpected tensors, other shapes: another model format or preset; another
+        dtype: an edited header) is one line naming the first mismatch, checked before any use. Checkpoints from before policies stepped through
         :class:`wmzoo.optim.Optimizer` (a policy ``updates`` buffer, raw AdamW states) load too."""
+        policy = dict(tree["policy"])
+        legacy = policy.pop("updates", None) if "updates" not in self.policy.state_dict() else None
+        for part, saved, module in (("world_model", tree["world_model"], self.world_model), ("policy", policy, self.policy)):
+            mismatch = tensor_mismatch(saved, module.state_dict())
+            if mismatch is not None:
+                raise WmzooError(f"{source} does not fit this wmzoo's {self.run.backbone} / {self.policy_name}: "
+                                 f"{part}/{mismatch}; use a checkpoint this model wrote")
         bad = nonfinite_tensors({k: tree[k] for k in ("world_model", "policy") if k in tree})
         if bad:
             raise WmzooError(f"{source} holds NaN or inf weights ({bad[0]}, {len(bad)} tensors in all): "
                              "it was written by a diverged run; use an earlier checkpoint")
-        policy = dict(tree["policy"])
-        legacy = policy.pop("updates", None) if "updates" not in self.policy.state_dict() else None
         try:
             self.world_model.load_state_dict(tree["world_model"])
             self.policy.load_state_dict(policy)

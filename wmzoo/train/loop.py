@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from wmzoo.errors import WmzooError
 from wmzoo.interfaces import State, TrainOutput, reset_state
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
+from wmzoo.train.checkpoint import Progress
 from wmzoo.train.collector import Collector
 from wmzoo.train.logger import Logger
 from wmzoo.train.nonfinite import NonFiniteGuard, kept_checkpoint, nonfinite_hint
@@ -67,19 +68,6 @@ from wmzoo.train.rundir import (
     write_run_spec,
 )
 from wmzoo.train.trackers import check_trackers
-
-
-@dataclass
-class Progress:
-    """A run's counters, saved in its checkpoint and restored by ``--resume``."""
-
-    env_steps: int = 0
-    updates: int = 0
-    episodes: int = 0
-    credit: float = 0.0  # world-model updates owed by the train ratio
-    final: int = 0  # of train.final_updates, done after the last env step
-    nonfinite: int = 0  # optimizer steps skipped for a non-finite loss or gradient
-    world_size: int = field(default_factory=distributed.world_size)  # data-parallel processes (--resume checks)
 
 
 def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress: bool = True) -> Path:

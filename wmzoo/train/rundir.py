@@ -31,6 +31,7 @@ import yaml
 from wmzoo import distributed
 from wmzoo.atomic import remove_temporaries, write_text_atomic
 from wmzoo.data import Replay
+from wmzoo.outputs import check_output_folder
 from wmzoo.data.dataset import recorded_env_info
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
@@ -63,6 +64,7 @@ def write_offline_record(logdir: Path, record: Mapping[str, Any]) -> None:
 def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
     """``run.yaml`` of a new run (one-line error when a run is already there), or of a resumed
     one (its ``--set`` changes kept for the next resume)."""
+    check_output_folder(logdir, CHECKPOINT, "--logdir", only_empty=False)
     logdir.mkdir(parents=True, exist_ok=True)
     if distributed.is_main():  # another rank would delete the file rank 0 is writing
         remove_temporaries(logdir)  # what a kill left of a checkpoint or run.yaml being written
