@@ -176,7 +176,7 @@ def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(world, ca
 
     monkeypatch.setattr(rundir, "save_checkpoint", no_space)
     code = main(["run", "--logdir", str(logdir), "--resume", "--steps", "60", "--no-progress"])
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wmzoo")]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wmzoo: error")]
     assert code == 2 and err == [f"wmzoo: error: No space left on device: {logdir / 'checkpoint.safetensors'}; "
                                  "free some space (the last checkpoint written is intact) and --resume"], err
     assert (logdir / "checkpoint.safetensors").read_bytes() == before

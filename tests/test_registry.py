@@ -471,6 +471,22 @@ def test_list_kind_through_the_cli(capsys):
     )
 
 
+def test_envs_list_in_natural_order_and_plugins_say_when_none_failed(capsys):
+    # Catches: names sorted as text (memory-maze-11x11 ... 15x15 before 9x9), and `wmzoo list
+    # --kind plugins` printing nothing at all when every plugin loaded.
+    from wmzoo.cli import main
+
+    assert reg.natural_key("memory-maze-9x9") < reg.natural_key("memory-maze-11x11")
+    assert sorted(["a-10", "a-9", "b-1", "a-100"], key=reg.natural_key) == ["a-9", "a-10", "a-100", "b-1"]
+    assert main(["list", "--kind", "env"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    mazes = [n for n in names if n.startswith("memory-maze-") and n.endswith("x" + n.rsplit("x", 1)[-1])]
+    assert mazes == sorted(mazes, key=reg.natural_key) and mazes[0] == "memory-maze-9x9", mazes
+    if not reg.default_registry().failures:
+        assert main(["list", "--kind", "plugins"]) == 0
+        assert "none" in capsys.readouterr().out
+
+
 def test_a_hook_calling_sys_exit_is_one_failure():
     # Catches: a plugin's `sys.exit()` (SystemExit is not an Exception) ending every wmzoo command.
     r = good_registry()

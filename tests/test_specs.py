@@ -125,3 +125,17 @@ def test_field_help_shows_the_default_of_a_default_factory():
     lines = {line.split(" = ")[0]: line for line in field_help(ImitationSpec, "policy.")}
     assert lines["policy.vocabulary"].startswith("policy.vocabulary = []")
     assert "Undefined" not in "".join(lines.values())
+
+
+def test_spec_field_lines_show_the_resolved_value_the_labelled_default_and_readable_bounds(capsys):
+    # Catches: `wmzoo spec` listing the class defaults (batch_size = 16) under a YAML that shows
+    # the preset's (batch_size: 4) with no label, and bounds printed as pydantic reprs
+    # ("[Ge(ge=1), Le(le=4096)]").
+    from wmzoo.cli import main
+
+    assert main(["spec", "--backbone", "rssm", "--preset", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "\n  batch_size: 4\n" in out
+    lines = {line.split(" = ")[0].lstrip("# *"): line for line in out.splitlines() if " = " in line}
+    assert "model.batch_size = 4 (default 16; >= 1; <= 4096)" in lines["model.batch_size"]
+    assert "Ge(" not in out and "Le(" not in out

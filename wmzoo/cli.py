@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", help="environment name (default: minigrid-empty-5x5; with --offline: the recorded one)")
     p.add_argument("--preset", help="tiny (CPU minutes, default), small (CPU hour) or paper")
     p.add_argument("--policy", help="policy plugin (default: the backbone's own)")
-    p.add_argument("--steps", type=int, help="env steps (online) or updates (--offline)")
+    p.add_argument("--steps", type=int, help="the run's length (train.steps): env steps online, world-model "
+                   "updates with --offline or --imitation (they take no env steps); the progress bar counts the same")
     p.add_argument("--seed", type=int)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a spec field, e.g. model.deter=512, train.train_ratio=32")
@@ -225,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     # alive (measured: RSSM paper, T = 200, 2 threads: 6.98 GB peak with it, 0.97 GB without).
     # It is read when MKL first allocates, so it must be set before any torch work.
     os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")
+    # a job a script starts in the background inherits SIGINT ignored: wmzoo still stops on it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     # a rank other than 0 of a data-parallel run (torchrun's RANK) names itself in its errors
@@ -273,6 +277,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     wanted = parse_kind(args.kind) if args.kind is not None else None
     rows = [r for r in default_registry().listings() if wanted in (None, r.kind)]
+    if wanted == "plugin" and not rows and args.format == "table":
+        print("plugins that failed: none (every installed wmzoo plugin loaded)")
+        return 0
     if args.format == "json":
         print(json.dumps([r.__dict__ for r in rows], indent=2))
         return 0
@@ -607,13 +614,14 @@ def cmd_spec(args: argparse.Namespace) -> int:
     print(f"\n# parameters on {run.env} at {run.train.image_size}x{run.train.image_size}:")
     for name, count in parameter_counts(run).items():
         print(f"#   {name}: {count:,}")
-    print("\n# fields (--set KEY=VALUE; * may change on --resume):")
-    for line in field_help(entry.spec, "model."):
+    print("\n# fields (--set KEY=VALUE): the value resolved above, then the field's own default where the "
+          "preset changes it, and its bounds; * may change on --resume")
+    for line in field_help(entry.spec, "model.", run.model):
         print(f"#   {line}")
-    for line in field_help(registry.policy(run.policy_name).spec, "policy."):
+    for line in field_help(registry.policy(run.policy_name).spec, "policy.", run.policy):
         print(f"#   {line}")
     resumable = {f"train.{name}" for name in RESUMABLE_TRAIN_FIELDS}
-    for line in field_help(TrainSpec, "train."):
+    for line in field_help(TrainSpec, "train.", run.train):
         print(f"# {'*' if line.split(' ', 1)[0] in resumable else ' '} {line}")
     return 0
 

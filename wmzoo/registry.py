@@ -56,6 +56,12 @@ KINDS: dict[str, str] = {
 }
 
 
+def natural_key(name: str) -> list[Any]:
+    """Sort key that orders the numbers inside names by value: ``memory-maze-9x9`` before
+    ``memory-maze-11x11``."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)]
+
+
 def parse_kind(text: str) -> str:
     """The kind a user typed (``backbones``, ``environment``, ...), or a one-line error."""
     kind = KINDS.get(text.strip().lower())
@@ -326,7 +332,7 @@ class Registry:
         """Every entry with its availability, then every failure (unavailable, with a hint)."""
         rows: list[Listing] = []
         for kind in ("backbone", "env", "policy"):
-            for name, entry in sorted(self.tables[kind].items()):
+            for name, entry in sorted(self.tables[kind].items(), key=lambda item: natural_key(item[0])):
                 ok, reason, hint = (True, "", "")
                 if kind == "env":
                     ok, reason = self.env_availability(entry)

@@ -97,7 +97,8 @@ class PolicySpec(Spec):
 class TrainSpec(Spec):
     """The online loop: collect experience, train the world model, train the policy in imagination."""
 
-    steps: int = Field(100_000, ge=1, description="environment steps in total")
+    steps: int = Field(100_000, ge=1, description="the run's length: env steps online; updates offline "
+                       "and with --imitation, which take no env steps (`wmzoo run --steps`)")
     envs: int = Field(1, ge=1, le=256, description="environments stepped side by side")
     vector: Literal["async", "sync"] = Field(
         "async", description="with envs > 1: async = one process per env (uses every core), "
@@ -359,10 +360,44 @@ def iter_fields(cls: type[Spec], prefix: str = "") -> Iterator[tuple[str, FieldI
             yield f"{prefix}{name}", info
 
 
-def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
-    """``name (type, default): description`` lines for every field, recursing into sub-specs."""
+def field_help(cls: type[Spec], prefix: str = "", values: Spec | None = None) -> Iterable[str]:
+    """``name = value (default D; bounds)  description`` lines for every field, recursing into
+    sub-specs: the value ``values`` (the resolved spec, e.g. a preset) holds, and the class default
+    beside it where the two differ; bounds read ``>= 1, <= 4096``."""
+    try:
+        defaults: Spec | None = cls()  # a sub-spec's defaults as the parent spec sets them
+    except ValidationError:
+        defaults = None
     for path, info in iter_fields(cls, prefix):
-        bounds = [str(m) for m in info.metadata]
-        extra = f" [{', '.join(bounds)}]" if bounds else ""
         default = info.get_default(call_default_factory=True)  # a list field's [] rather than "undefined"
-        yield f"{path} = {json.dumps(default, default=str)}{extra}  {info.description or ''}".rstrip()
+        if defaults is not None:
+            default = _field_value(defaults, path.removeprefix(prefix))
+        value = default if values is None else _field_value(values, path.removeprefix(prefix))
+        notes = [] if value == default else [f"default {_shown(default)}"]
+        notes += [bound for m in info.metadata if (bound := _bound(m))]
+        extra = f" ({'; '.join(notes)})" if notes else ""
+        yield f"{path} = {_shown(value)}{extra}  {info.description or ''}".rstrip()
+
+
+_BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "multiple_of": "multiple of", "min_length": "length >=",
+           "max_length": "length <="}
+
+
+def _bound(meta: Any) -> str:
+    """``>= 1`` for pydantic's ``Ge(ge=1)`` (annotated_types); other metadata: its repr."""
+    for attr, word in _BOUNDS.items():
+        if hasattr(meta, attr):
+            return f"{word} {getattr(meta, attr)}"
+    return str(meta)
+
+
+def _field_value(spec: Spec, dotted: str) -> Any:
+    for name in dotted.split("."):
+        spec = getattr(spec, name)
+    return spec
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, default=str)

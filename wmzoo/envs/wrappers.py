@@ -7,9 +7,13 @@ the Gymnasium API, and ``make(name, seed=s).reset()`` equal to ``make(name).rese
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import io
+import logging
 import re
+import warnings
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
@@ -22,9 +26,16 @@ from wmzoo.errors import MissingDependencyError, UnknownNameError
 
 
 def require(module: str, env_name: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise :class:`MissingDependencyError` with the pip command."""
+    """Import ``module`` or raise :class:`MissingDependencyError` with the pip command. What the
+    import prints to stderr (legacy gym's "unmaintained since 2022" banner, which Memory Maze and
+    Crafter trigger) and its warnings are kept from the user, and so are absl's warnings (dm_control's
+    physics: "Cannot set velocity on Entity with no free joint"); errors still raise."""
     try:
-        return importlib.import_module(module)
+        with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            imported = importlib.import_module(module)
+        logging.getLogger("absl").setLevel(logging.ERROR)
+        return imported
     except ImportError as err:
         missing = err.name or module  # the module that is really missing, e.g. gym for memory_maze
         raise MissingDependencyError(

@@ -32,7 +32,7 @@ from wmzoo.train.agent import Agent, step_logged
 from wmzoo.train.loop import Progress, restored_updates, update_loop
 from wmzoo.train.trackers import check_trackers
 from wmzoo.train.rundir import (
-    CHECKPOINT, OFFLINE, check_same_data, data_env_info, data_record, recorded_data, recorded_image_size,
+    CHECKPOINT, OFFLINE, announce, check_same_data, data_env_info, data_record, recorded_data, recorded_image_size,
     write_offline_record, write_run_spec,
 )
 
@@ -127,6 +127,7 @@ def train_imitation(run: RunSpec, root: Path, logdir: Path, updates: int, resume
     demos.seed(distributed.rank_seed(run.seed) + progress.updates)  # as the replay's (and each rank its own)
     demos.read_with(policy.encode_mission)
     write_run_spec(logdir, run, resume=resume)
+    announce(agent, logdir, "imitation", progress.updates)
     if record != recorded:
         write_offline_record(logdir, record)
     optimizers = agent.named_optimizers()

@@ -55,6 +55,7 @@ from wmzoo.train.nonfinite import NonFiniteGuard, kept_checkpoint, nonfinite_hin
 from wmzoo.train.rundir import (
     CHECKPOINT,
     OFFLINE,
+    announce,
     check_same_data,
     data_env_info,
     data_record,
@@ -109,6 +110,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
             )
     distributed.broadcast_state(agent)  # every rank starts from rank 0's weights
     write_run_spec(logdir, run, resume=resume)
+    announce(agent, logdir, "online", progress.env_steps)
     write_env_info(replay_dir(logdir), info)
     replay = Replay(
         replay_dir(logdir), capacity=T.replay_capacity, chunk_size=T.replay_chunk,
@@ -120,7 +122,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     batches = WorldModelBatches(agent, replay)
     start, next_log = time.time(), progress.env_steps + T.log_every
     next_ckpt = progress.env_steps + T.checkpoint_every
-    bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="step", desc="wmzoo run")
+    bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="env step", desc="wmzoo run")
 
     def checkpoint() -> Path:
         replay.flush()
@@ -170,7 +172,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         # training-only epochs after collection ends (REM table 2: epochs 501-600), logged at
         # env step T + k for the k-th
         final = T.final_updates if distributed.all_true(len(replay) >= B * L) else 0
-        for _ in tqdm(range(progress.final, final), disable=not show_progress, desc="final updates"):
+        for _ in tqdm(range(progress.final, final), disable=not show_progress, desc="final updates", unit="update"):
             update()
             progress.final += 1
             if progress.final % T.log_every == 0:
@@ -230,6 +232,7 @@ def train_offline(run: RunSpec, data: Path, logdir: Path, updates: int, resume: 
         raise WmzooError(empty)
     episode_rows = aligned_episode_rows(replay, agent.world_model.spec.seq_len, run.train.windows)
     write_run_spec(logdir, run, resume=resume)
+    announce(agent, logdir, "offline", progress.updates)
     if record != recorded:  # a new run, or its data moved
         write_offline_record(logdir, record)
     batches = WorldModelBatches(agent, replay, episode_rows)
@@ -264,7 +267,7 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
 
     with _interrupt_guard(checkpoint, progress, offline=True):
         for _ in tqdm(range(progress.updates, updates), initial=progress.updates, total=updates,
-                      disable=not show_progress, desc=desc):
+                      disable=not show_progress, desc=desc, unit="update"):
             metrics = update()
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
             log_update(guard, logger, progress, metrics, progress.updates)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -74,6 +75,36 @@ def write_run_spec(logdir: Path, run: RunSpec, resume: bool = False) -> None:
         )
     if distributed.is_main():
         write_text_atomic(logdir / "run.yaml", yaml.safe_dump(json.loads(run.model_dump_json()), sort_keys=False))
+
+
+def announce(agent: Agent, logdir: Path, mode: str, done: int) -> None:
+    """The run's header line, printed (rank 0) once its agent is built and before any training:
+    what was resolved (backbone:preset, env, logdir, parameters, device, precision) and the
+    budget ``train.steps`` gives in ``mode`` (online: env steps, prefill and the world-model
+    updates they make; offline/imitation: updates), from ``done`` (a resumed run's count). An
+    online budget that leaves no world-model update is one ``wmzoo: warning:`` line."""
+    if not distributed.is_main():
+        return
+    run, T = agent.run, agent.run.train
+    params = sum(p.numel() for module in (agent.world_model, agent.policy) for p in module.parameters() if p.requires_grad)
+    if mode == "online":
+        spec = agent.world_model.spec
+        collected = max(0, T.steps - max(T.prefill, done)) * T.train_ratio / (spec.batch_size * spec.seq_len)
+        updates = int(collected) + T.final_updates
+        budget = (f"{T.steps:,} env steps (prefill {T.prefill:,}; about {updates:,} world-model updates: "
+                  f"train_ratio {T.train_ratio:g} / batch {spec.batch_size} x {spec.seq_len}"
+                  f"{f', then {T.final_updates:,} final' if T.final_updates else ''})")
+    else:
+        updates = T.steps - done
+        budget = f"{T.steps:,} updates ({mode}, no env steps)"
+    resumed = f", resumed at {done:,}" if done else ""
+    print(f"wmzoo run: {run.backbone}:{run.preset} on {run.env} in {logdir} | {params:,} parameters | "
+          f"{T.device} {T.precision} | budget {budget}{resumed}", flush=True)
+    if mode == "online" and updates < 1:
+        print(f"wmzoo: warning: --steps {T.steps} leaves no world-model update (train.prefill={T.prefill} "
+              f"random steps first, then one update per {spec.batch_size * spec.seq_len / T.train_ratio:g} env "
+              "steps): the checkpoint and imagination GIF will be of an untrained model; pass more --steps",
+              file=sys.stderr, flush=True)
 
 
 def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
