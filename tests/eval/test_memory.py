@@ -308,3 +308,22 @@ def test_a_corrupt_test_episode_is_a_one_line_error(trained, tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--protocol", "imagination",
                  "--data", str(copy), "--out", str(tmp_path / "o")]) == 2
     assert "checksum differs" in capsys.readouterr().err
+
+
+def test_imagination_baselines_are_the_mean_context_frame_and_the_best_constant():
+    # Catches: the mean context frame taken over the whole split instead of each episode, the best
+    # constant fitted on the context instead of the evaluated query frames (or not the minimiser)
+    wm = KnownModel(ENV)
+    rng = np.random.default_rng(1)
+    batch, extras = _batch([episode(7), episode(7)])
+    batch.obs[:] = torch.as_tensor(rng.integers(0, 256, batch.obs.shape, dtype=np.uint8))
+    batch.obs[1] //= 4  # the second episode darker: its own mean differs from the split's
+    base = imagination_metrics(wm, iter([(batch, extras, 3)]))["baselines"]
+    real = batch.obs.numpy().astype(np.float64) / 255.0
+    by_hand = np.mean([((real[e, 3:] - real[e, :3].mean(0)) ** 2).sum((1, 2, 3)) for e in range(2)])
+    assert base["mean_context_frame"]["gen_mse"] == pytest.approx(by_hand)
+    query = real[:, 3:].reshape(-1, *ENV.obs_shape)
+    best = ((query - query.mean(0)) ** 2).sum((1, 2, 3)).mean()
+    assert base["best_constant"]["gen_mse"] == pytest.approx(best)
+    for other in (query.mean(0) + 0.01, real[:, :3].reshape(-1, *ENV.obs_shape).mean(0)):
+        assert best < ((query - other) ** 2).sum((1, 2, 3)).mean()

@@ -136,16 +136,16 @@ Batches = Iterator[tuple[Batch, dict[str, np.ndarray], int]]
 
 def imagination_metrics(wm: WorldModel, batches: Batches) -> dict[str, Any]:
     """Recon. MSE over the context, Gen. MSE over the query and Gen. MSE per imagination step;
-    beside them two readings of whether the model has learnt to see: ``mean_frame_mse``, the
-    Recon. MSE of drawing the context frames' per-pixel mean every time (a model that has learnt
-    nothing of the frames at hand scores about this), and, for states with categorical latents,
+    beside them the ``baselines`` of :class:`ImaginationBaselines` on the same episodes (a model
+    that has learnt nothing of the frames at hand scores about these), ``mean_frame_mse`` (the
+    best constant's Recon. MSE, kept for older readers) and, for states with categorical latents,
     ``latent_perplexity`` (:class:`ClassUsage`)."""
     recon, gen = _Mean(), _Mean()
-    pixels, usage = _PixelMoments(), ClassUsage()
+    baselines, usage = ImaginationBaselines(), ClassUsage()
     per_step: dict[int, _Mean] = {}
     for batch, _, context in batches:
         real = batch.obs.numpy()
-        pixels.add(real[:, :context])
+        baselines.add(real, context)
         seen = observe_rows(wm, batch.to(_device(wm)), 0, context, decode=True, usage=usage)
         frames, _ = imagine_rows(wm, seen.state, batch.action[:, context - 1 : -1].to(_device(wm)))
         recon.add(image_error(real[:, :context], seen.frames))
@@ -155,8 +155,58 @@ def imagination_metrics(wm: WorldModel, batches: Batches) -> dict[str, Any]:
             per_step.setdefault(j, _Mean()).add(errors[:, j])
     steps = sorted(per_step)
     latent = {"latent_perplexity": usage.perplexity, "latent_classes": usage.classes} if usage.classes else {}
-    return {"recon_mse": recon.value, "gen_mse": gen.value, "mean_frame_mse": pixels.mean_frame_error,
+    found = baselines.result()
+    return {"recon_mse": recon.value, "gen_mse": gen.value, "baselines": found,
+            "mean_frame_mse": found["best_constant"]["recon_mse"],
             **latent, "episodes": recon.episodes, "gen_mse_per_step": [per_step[j].value for j in steps]}
+
+
+class ImaginationBaselines:
+    """The imagination protocol's two constant predictors, scored like a model on the same frames
+    (:func:`image_error`'s units):
+
+    - ``mean_context_frame``: each episode's per-pixel mean of its observed context frames, drawn
+      at every step (Recon. MSE: at every context row; Gen. MSE: at every imagined row);
+    - ``best_constant``: one image for the whole split, the per-pixel mean of the evaluated target
+      frames (the context frames for Recon. MSE, the query frames for Gen. MSE): the constant with
+      the least mean error, which is the sum over pixels of each pixel's variance."""
+
+    def __init__(self) -> None:
+        self.context, self.query = _PixelMoments(), _PixelMoments()
+        self.recon, self.gen = _Mean(), _Mean()
+
+    def add(self, real: np.ndarray, context: int) -> None:
+        """``real``: uint8 episodes ``[B, T, C, H, W]`` whose first ``context`` rows are observed."""
+        self.context.add(real[:, :context])
+        self.query.add(real[:, context:])
+        for episode in real:  # one episode at a time: no float copy of a batch
+            frames = episode.astype(np.float64) / 255.0
+            mean = frames[:context].mean(0)
+            errors = np.square(frames - mean).sum(axis=(1, 2, 3))
+            self.recon.add(errors[None, :context])
+            self.gen.add(errors[None, context:])
+
+    def result(self) -> dict[str, dict[str, float]]:
+        return {"mean_context_frame": {"recon_mse": self.recon.value, "gen_mse": self.gen.value},
+                "best_constant": {"recon_mse": self.context.mean_frame_error, "gen_mse": self.query.mean_frame_error}}
+
+
+def imagination_baselines(data: str | Path, split: str = "test", episodes: int | None = None,
+                          context: int | None = None) -> dict[str, Any]:
+    """:class:`ImaginationBaselines` of the episodes ``wmzoo evaluate --protocol imagination``
+    scores with the same arguments (no model needed): ``{"baselines": ..., "episodes": N,
+    "skipped_episodes": N}``."""
+    manifest = Manifest.read(Path(data))
+    if context is not None and manifest.context_length is None:
+        manifest = dataclasses.replace(manifest, context_length=context)
+    stream = iter_episodes(data, split, episodes)
+    skipped: list[int] = []
+    if context is not None:
+        stream = long_enough(stream, manifest, skipped)
+    found = ImaginationBaselines()
+    for batch, _, rows in batches(stream, manifest):
+        found.add(batch.obs.numpy(), rows)
+    return {"baselines": found.result(), "episodes": found.recon.episodes, "skipped_episodes": len(skipped)}
 
 
 def recall_metrics(wm: WorldModel, episodes: Iterator[dict[str, np.ndarray]], extra: int = MAX_EXTRA_FRAMES
@@ -250,7 +300,10 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
         raise WmzooError(f"the evaluated episodes have no {what} query transitions to score")
     positive = np.concatenate(labels)
     aucs = {key: reward_auc(np.concatenate(values), positive) for key, values in scores.items()}
+    rate = float(positive.mean())
     return {**{key: float(value.mean()) for key, value in results.items()}, **aucs,
+            # the baselines: always predicting the majority class, and a score that ranks by chance
+            "baselines": {"majority_class_accuracy": max(rate, 1 - rate), "chance_auc": 0.5},
             "scored_transitions": int(results["inference_accuracy"].size), "episodes": n}
 
 
@@ -542,4 +595,7 @@ def summary(results: dict[str, Any]) -> list[str]:
     for key, value in results.items():
         if key not in (*headline, "gen_mse_per_step", "extra_frames", "gen_mse_common") and isinstance(value, (int, float)):
             lines.append(f"{key}: {value:g}")
+    for name, values in results.get("baselines", {}).items():  # a constant predictor, the base rate
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in values.items()) if isinstance(values, dict) else f"{values:.3f}"
+        lines.append(f"baseline {name}: {shown}")
     return lines

@@ -179,7 +179,10 @@ def aggregate_eval_files(
 ) -> list[dict[str, Any]]:
     """Aggregate ``wmzoo eval --json`` files: one group per ``backbone:preset``, each file one run
     on its env (game). A group is scored by human-normalised score when every file has one
-    (Atari 100k games; optimality gap included), else by mean return (no optimality gap)."""
+    (Atari 100k games; optimality gap included), else by mean return (no optimality gap), which is
+    refused over more than one env (raw returns of different envs are not pooled)."""
+    from wmzoo.eval.verdicts import require_poolable
+
     if not paths:
         raise WmzooError("aggregate needs at least one eval JSON file")
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -199,6 +202,7 @@ def aggregate_eval_files(
         for r in records:
             table.setdefault(r["env"], []).append(float(r[kind]))
         try:
+            require_poolable(sorted(table), normalised=kind == "human_normalized_score")
             games, scores = score_matrix(table)
         except WmzooError as exc:
             raise WmzooError(f"group {label}: {exc}") from None

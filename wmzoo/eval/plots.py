@@ -77,20 +77,46 @@ def line_plot(path: str | Path, x: Sequence[float], y: Sequence[float], xlabel: 
     return _save(image, path)
 
 
+def _dashed(draw: ImageDraw.ImageDraw, start: tuple[float, float], end: tuple[float, float],
+            fill: tuple[int, ...], dash: int = 6) -> None:
+    (x0, y0), (x1, y1) = start, end
+    length = max(abs(x1 - x0), abs(y1 - y0), 1.0)
+    for k in range(0, int(length), 2 * dash):
+        a, b = k / length, min(k + dash, length) / length
+        draw.line([(x0 + a * (x1 - x0), y0 + a * (y1 - y0)), (x0 + b * (x1 - x0), y0 + b * (y1 - y0))],
+                  fill=fill, width=2)
+
+
+BASELINE_COLOURS = [(0, 0, 0), (130, 130, 130), (90, 60, 30)]
+
+
 def curves_plot(path: str | Path, series: Mapping[str, Series], xlabel: str, ylabel: str,
-                title: str | None = None, width: int = 720, height: int = 440) -> Path:
+                title: str | None = None, width: int = 720, height: int = 440,
+                hlines: Mapping[str, float] | None = None, vlines: Mapping[str, float] | None = None) -> Path:
     """Labelled lines on one axis, each ``label -> (x, mean, low, high)`` with a shaded band
-    between ``low`` and ``high`` (``None``: no band); a legend at the right."""
+    between ``low`` and ``high`` (``None``: no band); a legend at the right. ``hlines`` /
+    ``vlines``: baselines, ``label -> value``, drawn as dashed horizontal / vertical lines."""
     if not series:
         raise WmzooError("a curves plot needs at least one series")
+    hlines, vlines = dict(hlines or {}), dict(vlines or {})
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image, "RGBA")
-    every_x = np.concatenate([np.asarray(s[0], float) for s in series.values()])
-    every_y = np.concatenate([np.asarray(v, float) for s in series.values() for v in s[1:] if v is not None])
+    every_x = np.concatenate([np.asarray(s[0], float) for s in series.values()] + [np.array(list(vlines.values()))])
+    every_y = np.concatenate([np.asarray(v, float) for s in series.values() for v in s[1:] if v is not None]
+                             + [np.array(list(hlines.values()))])
     legend = 170
     axes = _Axes(draw, (70, 30, width - 20 - legend, height - 50), every_x, every_y, xlabel, ylabel)
     if title:
         draw.text((width // 2 - 4 * len(title), 14), title, fill="black")
+    for k, (label, value) in enumerate([*hlines.items(), *vlines.items()]):
+        colour = BASELINE_COLOURS[k % len(BASELINE_COLOURS)]
+        if k < len(hlines):
+            _dashed(draw, axes.px(axes.x0, value), axes.px(axes.x1, value), colour)
+        else:
+            _dashed(draw, axes.px(value, axes.y0), axes.px(value, axes.y1), colour)
+        ly = 34 + 18 * (len(series) + k)
+        _dashed(draw, (width - legend, ly + 6), (width - legend + 20, ly + 6), colour, dash=4)
+        draw.text((width - legend + 26, ly), label, fill="black")
     for k, (label, (x, mean, low, high)) in enumerate(series.items()):
         colour = COLOURS[k % len(COLOURS)]
         xs = np.asarray(x, float)
@@ -110,22 +136,34 @@ def curves_plot(path: str | Path, series: Mapping[str, Series], xlabel: str, yla
 
 
 def profile_plot(path: str | Path, taus: Sequence[float], profiles: Mapping[str, tuple[Sequence[float], ...]],
-                 xlabel: str = "score tau", ylabel: str = "fraction of runs > tau") -> Path:
-    """Performance profiles (Agarwal et al. 2021): ``label -> (fraction, low, high)`` over ``taus``."""
-    return curves_plot(path, {label: (taus, *p) for label, p in profiles.items()}, xlabel, ylabel)  # type: ignore[misc]
+                 xlabel: str = "score tau", ylabel: str = "fraction of runs > tau",
+                 baselines: Mapping[str, float] | None = None) -> Path:
+    """Performance profiles (Agarwal et al. 2021): ``label -> (fraction, low, high)`` over ``taus``;
+    ``baselines`` (``label -> tau``) as vertical lines."""
+    return curves_plot(path, {label: (taus, *p) for label, p in profiles.items()}, xlabel, ylabel,  # type: ignore[misc]
+                       vlines=baselines)
 
 
 def interval_plot(path: str | Path, rows: Sequence[tuple[str, float, float, float]], xlabel: str,
-                  width: int = 640) -> Path:
-    """One row per label: a dot at the estimate and a whisker from low to high."""
+                  width: int = 640, baselines: Mapping[str, float] | None = None) -> Path:
+    """One row per label: a dot at the estimate and a whisker from low to high; ``baselines``
+    (``label -> value``) as dashed vertical lines named under the axis."""
     if not rows:
         raise WmzooError("an interval plot needs at least one row")
-    height = 70 + 30 * len(rows)
+    baselines = dict(baselines or {})
+    height = 70 + 30 * len(rows) + 16 * len(baselines)
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
-    values = np.array([v for r in rows for v in r[1:]], float)
+    values = np.array([v for r in rows for v in r[1:]] + list(baselines.values()), float)
     left = 20 + 7 * max(len(r[0]) for r in rows)
-    axes = _Axes(draw, (left, 10, width - 20, height - 50), values, np.array([0.0, len(rows)]), xlabel, "")
+    bottom = height - 50 - 16 * len(baselines)
+    axes = _Axes(draw, (left, 10, width - 20, bottom), values, np.array([0.0, len(rows)]), xlabel, "")
+    for k, (label, value) in enumerate(baselines.items()):
+        colour = BASELINE_COLOURS[k % len(BASELINE_COLOURS)]
+        _dashed(draw, axes.px(value, 0), axes.px(value, len(rows)), colour)
+        ly = bottom + 24 + 16 * k  # between the tick labels and the axis label
+        _dashed(draw, (left, ly + 6), (left + 20, ly + 6), colour, dash=4)
+        draw.text((left + 26, ly), f"{label}: {value:.4g}", fill="black")
     for k, (label, estimate, low, high) in enumerate(rows):
         colour = COLOURS[k % len(COLOURS)]
         y = axes.px(0, len(rows) - k - 0.5)[1]

@@ -1,23 +1,39 @@
 """``wmzoo study report DIR``: ``report.md``, PNG figures and ``report.json`` of a study.
 
-Every number comes from the cells' own files, so it can be recomputed by hand:
+Every number comes from the cells' own files, so it can be recomputed by hand, and every verdict
+is computed (:mod:`wmzoo.eval.verdicts`), never written:
 
 - **score** of a cell: online, its ``eval.json`` (``wmzoo eval --json``): the human-normalised
   score where the env has one (Atari), else the mean return; offline, its
   ``eval/imagination.json`` (``wmzoo evaluate --protocol imagination``): the Gen. MSE of the
-  s4wm paper (section 5.3; lower is better).
-- **per env**: each backbone's mean over seeds with a 95 % Student-t interval;
-- **aggregate** over envs × seeds (Agarwal et al. 2021, :mod:`wmzoo.eval.metrics`): IQM, mean,
-  median (and the optimality gap for human-normalised scores) with stratified bootstrap CIs;
-- **probability of improvement** of every backbone over every other, and **performance
-  profiles** (the fraction of runs scoring better than τ);
+  s4wm paper (section 5.3; lower is better);
+- **baselines** per env, on the same data and seeds, read from the same files (computed when an
+  older file lacks them): offline, the mean context frame and the best constant image
+  (:class:`~wmzoo.eval.memory.ImaginationBaselines`); online, a uniformly random policy on the same
+  evaluation seeds (``wmzoo eval --random``);
+- **per env**: each backbone's mean over seeds with a 95 % Student-t interval, whether it beats
+  each baseline (:func:`~wmzoo.eval.verdicts.beats_baseline`) and whether each pair of backbones is
+  separated (:func:`~wmzoo.eval.verdicts.separated`, paired by seed offline, where every seed
+  trains on the same dataset); below 5 seeds the exact permutation test decides, and the report
+  says so in its first lines;
+- **aggregate** over envs × seeds (Agarwal et al. 2021, :mod:`wmzoo.eval.metrics`) of normalised
+  scores only (:func:`~wmzoo.eval.verdicts.normalise`; errors: the fraction of the best constant's
+  error removed; Atari: human-normalised): IQM, mean, median (and the optimality gap for
+  human-normalised scores), with stratified bootstrap CIs from 5 seeds on; raw scores of several
+  envs are not pooled;
+- **probability of improvement** of every backbone over every other (5 seeds on), and
+  **performance profiles** (the fraction of runs scoring better than τ) of the normalised scores;
 - **learning curves**: online, the training-episode return against env steps; offline, each
   backbone's own training loss against updates (objectives differ: compare shapes, not levels);
-- **memory metrics** (offline): Recon. and Gen. MSE and the Gen. MSE per imagination step;
+- **memory metrics** (offline): Recon. and Gen. MSE and the Gen. MSE per imagination step, with
+  the baselines', and a warning where an env's dependency spans more rows than a backbone's
+  training window;
 - **efficiency**: ``wmzoo bench`` of every backbone at the study's sizes (parameters, training
   and imagination frames/s, peak memory), all in this process one after the other;
 - **imagination video**: every backbone imagining from the same real context under the same
   recorded actions, the real frames in the first row.
+
+Baselines are drawn as dashed lines in every figure whose axis is in their units.
 """
 
 from __future__ import annotations
@@ -80,31 +96,123 @@ def collect(study: StudySpec, cells: Sequence[Cell], out: Path) -> tuple[str, di
     return (names.pop() if names else ("mean_return" if study.budget.in_env else "gen_mse")), table
 
 
+# --------------------------------------------------------------------------- baselines
+
+IMAGINATION_BASELINES = {"mean_context_frame": "mean context frame", "best_constant": "best constant"}
+"""``wmzoo evaluate``'s baseline keys -> their names in the report."""
+RANDOM_POLICY = "random policy"
+NORMALISE_BY = {"gen_mse": "best constant"}
+"""Score -> the baseline that is 0 in its normalised score (errors: the reference, 1, is no error)."""
+
+
+def imagination_reference(study: StudySpec, cells: Sequence[Cell], out: Path, env: str) -> dict[str, dict[str, float]]:
+    """``{baseline: {recon_mse, gen_mse}}`` of ``env``'s constant predictors: from the first done
+    cell whose ``eval/imagination.json`` carries them, else computed from the study's dataset
+    (the test split and context ``wmzoo evaluate`` used; older files lack them); ``{}`` where
+    neither is here."""
+    from wmzoo.data.dataset import MANIFEST
+    from wmzoo.eval.memory import imagination_baselines
+
+    for cell in cells:
+        file = out / cell.path / "eval" / "imagination.json"
+        if cell.env == env and cell_record(out / cell.path).get("state") == "done" and file.is_file():
+            found = json.loads(file.read_text()).get("baselines")
+            if found:
+                return {name: dict(found[key]) for key, name in IMAGINATION_BASELINES.items() if key in found}
+    data = data_dir(out, env)
+    if not (data / MANIFEST).is_file():
+        return {}
+    E = study.eval
+    found = imagination_baselines(data, "test", E.test_episodes, E.context)["baselines"]
+    return {name: dict(found[key]) for key, name in IMAGINATION_BASELINES.items()}
+
+
+def random_policy(study: StudySpec, cells: Sequence[Cell], out: Path, env: str, score: str) -> dict[str, float]:
+    """``{"random policy": score}`` on ``env``'s evaluation seeds: from the first done cell whose
+    ``eval.json`` carries it (``wmzoo eval --random``), else played now with a done cell's env
+    protocol; ``{}`` without a done cell."""
+    done = [c for c in cells if c.env == env and cell_record(out / c.path).get("state") == "done"]
+    for cell in done:
+        random = json.loads((out / cell.path / "eval.json").read_text()).get("random") or {}
+        if score in random:
+            return {RANDOM_POLICY: float(random[score])}
+    if not done:
+        return {}
+    from wmzoo.eval.rollout import evaluate, load_agent, summarize
+
+    E = study.eval
+    agent = load_agent(out / done[0].path / "checkpoint.safetensors")
+    summary = summarize(agent.run.env, evaluate(agent, E.episodes, E.max_steps, seed=E.seed, uniform=True))
+    return {RANDOM_POLICY: float(summary[score])} if score in summary else {}
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
 def per_env(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{env: {label: {seeds, mean, low, high}}}``: mean over seeds with a 95 % t-interval."""
-    from wmzoo.eval.metrics import mean_ci_over_seeds
+    from wmzoo.eval.verdicts import t_interval
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for label, envs in table.items():
         for env, seeds in envs.items():
-            values = np.array([seeds[s] for s in sorted(seeds)], dtype=np.float64)
-            mean, low, high = mean_ci_over_seeds(values[:, None])
-            out.setdefault(env, {})[label] = {
-                "seeds": {str(s): seeds[s] for s in sorted(seeds)},
-                "mean": float(mean[0]), "low": float(low[0]), "high": float(high[0]),
-            }
+            mean, low, high = t_interval([seeds[s] for s in sorted(seeds)])
+            out.setdefault(env, {})[label] = {"seeds": {str(s): seeds[s] for s in sorted(seeds)},
+                                              "mean": mean, "low": low, "high": high}
     return out
 
 
-def score_matrices(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float]]]
+def verdicts(table: Mapping[str, Mapping[str, Mapping[int, float]]], baselines: Mapping[str, Mapping[str, float]],
+             higher_is_better: bool, paired: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(against baselines, between backbones)``: ``{env: {label: {baseline: verdict}}}`` and
+    ``{env: {"A vs B": verdict}}`` (:mod:`wmzoo.eval.verdicts`)."""
+    from wmzoo.eval.verdicts import beats_baseline, separated
+
+    against: dict[str, Any] = {}
+    between: dict[str, Any] = {}
+    for label, envs in table.items():
+        for env, seeds in envs.items():
+            against.setdefault(env, {})[label] = {
+                name: beats_baseline(list(seeds.values()), value, not higher_is_better).as_dict()
+                for name, value in baselines.get(env, {}).items()}
+    for env in against:
+        labels = [label for label in table if table[label].get(env)]
+        for i, a in enumerate(labels):
+            for b in labels[i + 1:]:
+                between.setdefault(env, {})[f"{a} vs {b}"] = separated(
+                    table[a][env], table[b][env], paired).as_dict()
+    return against, between
+
+
+def normalised_table(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float]]], score: str,
+                     baselines: Mapping[str, Mapping[str, float]]) -> tuple[dict[str, dict[str, dict[int, float]]], str, bool]:
+    """``(table, what it holds, normalised)`` for aggregates over envs: errors as the fraction of
+    the best constant's error removed (:func:`~wmzoo.eval.verdicts.normalise`, reference 0),
+    human-normalised scores as they are; other scores raw (poolable only for one env)."""
+    from wmzoo.eval.verdicts import normalise
+
+    if score == "human_normalized_score":
+        return {k: dict(v) for k, v in table.items()}, "human-normalised score (0: random, 1: human)", True
+    by = NORMALISE_BY.get(score)
+    if by is not None and all(by in baselines.get(env, {}) for env in study.envs):
+        scaled = {label: {env: {seed: float(normalise(v, baselines[env][by], 0.0)) for seed, v in seeds.items()}
+                          for env, seeds in envs.items()} for label, envs in table.items()}
+        return scaled, f"fraction of the {by}'s {SCORE_LABELS[score]} removed (0: the {by}, 1: no error)", True
+    return {k: dict(v) for k, v in table.items()}, SCORE_LABELS[score], False
+
+
+def score_matrices(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float]]], normalised: bool = True
                    ) -> tuple[dict[str, np.ndarray], list[str]]:
     """``{label: [seeds, envs]}`` for the backbones done on every env and seed, and the labels
-    left out (a failed or unfinished cell)."""
+    left out (a failed or unfinished cell); raw scores of several envs are refused
+    (:func:`~wmzoo.eval.verdicts.pool_envs`)."""
+    from wmzoo.eval.verdicts import pool_envs
+
     matrices, incomplete = {}, []
     for label in study.labels():
         envs = table.get(label, {})
         if all(len(envs.get(env, {})) == len(study.seeds) for env in study.envs):
-            matrices[label] = np.array([[envs[env][s] for env in study.envs] for s in study.seeds])
+            matrices[label] = pool_envs({env: [envs[env][s] for s in study.seeds] for env in study.envs}, normalised)
         else:
             incomplete.append(label)
     return matrices, incomplete
@@ -112,34 +220,121 @@ def score_matrices(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[in
 
 def statistics(matrices: Mapping[str, np.ndarray], score: str, higher_is_better: bool, reps: int
                ) -> dict[str, Any]:
-    """Aggregates, probabilities of improvement and performance profiles of the full matrices."""
+    """Aggregates, probabilities of improvement and performance profiles of the full matrices;
+    with fewer than :data:`~wmzoo.eval.verdicts.FEW_SEEDS` seeds only the point estimates (a
+    bootstrap over 3 seeds collapses to a point) and no probability of improvement."""
     from wmzoo.eval.metrics import (
         METRICS,
+        Interval,
         aggregate,
         intervals_dict,
         performance_profile,
         probability_of_improvement,
     )
+    from wmzoo.eval.verdicts import FEW_SEEDS
 
-    names = [m for m in METRICS if m != "optimality_gap" or score == "human_normalized_score"]
+    games = next(iter(matrices.values())).shape[1] if matrices else 0
+    names = [m for m in METRICS if (m != "optimality_gap" or score == "human_normalized_score")
+             and (m != "median" or games > 2)]  # over one or two envs the median is the mean
     result: dict[str, Any] = {"aggregate": {}, "probability_of_improvement": {}, "profiles": {}}
+    few = any(m.shape[0] < FEW_SEEDS for m in matrices.values())
     for label, scores in matrices.items():
-        result["aggregate"][label] = intervals_dict(aggregate(scores, names, reps=reps))
+        if few:
+            result["aggregate"][label] = intervals_dict(
+                {m: Interval(float(METRICS[m](scores)), None, None) for m in names})  # type: ignore[arg-type]
+        else:
+            result["aggregate"][label] = intervals_dict(aggregate(scores, names, reps=reps))
     sign = 1.0 if higher_is_better else -1.0  # "better" is larger after the sign
     for a in matrices:
         for b in matrices:
-            if a != b:
+            if a != b and not few:
                 interval = probability_of_improvement(sign * matrices[a], sign * matrices[b], reps=reps)
                 result["probability_of_improvement"][f"{a} > {b}"] = {
                     "estimate": interval.estimate, "low": interval.low, "high": interval.high}
     if matrices:
         every = np.concatenate([m.ravel() for m in matrices.values()])
-        taus = np.linspace(every.min(), every.max(), 41)
+        taus = np.linspace(min(every.min(), 0.0), every.max(), 41)
         for label, scores in matrices.items():
             fraction, low, high = performance_profile(sign * scores, sign * taus, reps=reps)
             result["profiles"][label] = {"taus": taus.tolist(), "fraction": np.asarray(fraction).tolist(),
-                                         "low": np.asarray(low).tolist(), "high": np.asarray(high).tolist()}
+                                         "low": None if few else np.asarray(low).tolist(),
+                                         "high": None if few else np.asarray(high).tolist()}
     return result
+
+
+def assess(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float]]], score: str,
+           baselines: Mapping[str, Mapping[str, float]], reps: int) -> dict[str, Any]:
+    """Everything the report concludes from per-seed scores and baselines: per-env rows and
+    verdicts, normalised aggregates (or the one line refusing them), probabilities of
+    improvement, profiles and the warning about few seeds."""
+    from wmzoo.eval.verdicts import seeds_warning
+
+    higher = score != "gen_mse"
+    paired = study.budget.offline  # every seed of every backbone trains on the same dataset
+    against, between = verdicts(table, baselines, higher, paired)
+    counts = [len(seeds) for envs in table.values() for seeds in envs.values()]
+    seeds = min(counts) if counts else 0
+    scaled, what, normalised = normalised_table(study, table, score, baselines)
+    result: dict[str, Any] = {
+        "seeds": seeds, "paired": paired, "baselines": {env: dict(b) for env, b in baselines.items()},
+        "per_env": per_env(table), "verdicts": against, "pairs": between,
+        "normalised": {"score": what, "normalised": normalised, "by": NORMALISE_BY.get(score), "table": {
+            label: {env: {str(s): v for s, v in seeds_.items()} for env, seeds_ in envs.items()}
+            for label, envs in scaled.items()}},
+        "warnings": [line for line in [seeds_warning(seeds, paired)] if line],
+    }
+    try:
+        matrices, incomplete = score_matrices(study, scaled, normalised)
+    except WmzooError as exc:
+        result.update(aggregate={}, probability_of_improvement={}, profiles={}, incomplete=[],
+                      aggregate_refused=str(exc))
+        return result
+    result["incomplete"] = incomplete
+    result.update(statistics(matrices, score, higher or normalised, reps))
+    return result
+
+
+def training_windows(cells: Sequence[Cell]) -> dict[str, int]:
+    """Rows per training window (``model.seq_len``: no gradient spans more) of each backbone row."""
+    from wmzoo.config import run_spec
+    from wmzoo.study.run import without_policy
+
+    windows: dict[str, int] = {}
+    for cell in cells:
+        if cell.label not in windows:
+            run = run_spec(cell.backbone, cell.env, cell.preset, None, 0, None, without_policy(cell.overrides))
+            windows[cell.label] = run.model.seq_len
+    return windows
+
+
+def dependency_spans(study: StudySpec, out: Path) -> dict[str, int]:
+    """Offline memory tasks: ``{env: rows of its context phase}`` from each dataset's manifest (the
+    query depends on what the context showed up to that many rows earlier); envs without phases
+    are left out."""
+    from wmzoo.data.dataset import MANIFEST, Manifest
+
+    spans = {}
+    for env in study.envs if study.budget.offline else []:
+        if (data_dir(out, env) / MANIFEST).is_file():
+            context = Manifest.read(data_dir(out, env)).context_length
+            if context is not None:
+                spans[env] = context
+    return spans
+
+
+def window_warnings(spans: Mapping[str, int], windows: Mapping[str, int]) -> list[str]:
+    """One line per memory env whose dependency spans more rows than some backbone's training
+    window: such a study does not train on what it tests."""
+    lines = []
+    for env, span in spans.items():
+        short = {label: w for label, w in windows.items() if w < span}
+        if short:
+            listed = ", ".join(f"{label} {w}" for label, w in short.items())
+            lines.append(f"Memory not tested on {env}: its query depends on frames up to {span} rows back (the "
+                         f"context phase) but {len(short)} of {len(windows)} backbones trained on windows of "
+                         f"{min(short.values())}-{max(short.values())} rows (model.seq_len: {listed}); no "
+                         "gradient spans that dependency, so their Gen. MSE there does not measure memory.")
+    return lines
 
 
 # --------------------------------------------------------------------------- curves
@@ -297,8 +492,6 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
     study = load_saved_study(out)
     cells = cells_of(out)
     score, table = collect(study, cells, out)
-    higher = score != "gen_mse"
-    matrices, incomplete = score_matrices(study, table)
     states: dict[str, list[str]] = {}
     for cell in cells:
         record = cell_record(out / cell.path)
@@ -319,55 +512,78 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
     report: dict[str, Any] = {
         "study": study.name, "mode": study.budget.mode,
         "budget": study.budget.model_dump(), "params_target": study.params,
-        "score": score, "higher_is_better": higher, "cells": {k: v for k, v in sorted(states.items())},
-        "parameters": params, "per_env": per_env(table), "incomplete": incomplete,
-        **statistics(matrices, score, higher, reps),
-        "curves": curves(study, cells, out),
+        "score": score, "higher_is_better": score != "gen_mse", "cells": {k: v for k, v in sorted(states.items())},
+        "parameters": params,
     }
+    if score == "gen_mse":
+        reference = {env: imagination_reference(study, cells, out, env) for env in study.envs}
+        baselines = {env: {name: b["gen_mse"] for name, b in found.items()} for env, found in reference.items()}
+    else:
+        baselines = {env: random_policy(study, cells, out, env, score) for env in study.envs}
+    report.update(assess(study, table, score, baselines, reps))
+    report["curves"] = curves(study, cells, out)
     if study.budget.mode == "offline":
         report["memory"] = memory_metrics(cells, out)
+        report["memory_baselines"] = reference
+        report["warnings"] += window_warnings(dependency_spans(study, out), training_windows(cells))
     if bench:
         report["efficiency"] = efficiency(study, cells)
     return report
 
 
-def write_report(out: str | Path, reps: int = 10_000, bench: bool = True, video: bool = True) -> Path:
-    """Write ``DIR/report/{report.md, report.json, *.png, imagination-<env>.gif}``; returns the
-    path of ``report.md``."""
+def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
+    """The report's PNG figures in ``folder`` (baselines as dashed lines wherever the axis is in
+    their units); returns ``{title: file name}``."""
     from wmzoo.eval.plots import curves_plot, interval_plot, profile_plot
 
-    out = Path(out)
-    report = build_report(out, reps=reps, bench=bench)
-    folder = out / REPORT
-    folder.mkdir(exist_ok=True)
     figures: dict[str, str] = {}
     score_label = SCORE_LABELS[report["score"]]
+    for env, rows in report["per_env"].items():
+        name = f"scores-{env}.png"
+        interval_plot(folder / name, [(label, r["mean"], r["low"], r["high"]) for label, r in rows.items()],
+                      f"{score_label} on {env}, mean [95 % t]", baselines=report["baselines"].get(env))
+        figures[f"scores {env}"] = name
     for env, series in report["curves"].items():
-        ylabel = "training-episode return" if report["mode"] == "online" else "training loss (own objective)"
-        xlabel = "env steps" if report["mode"] == "online" else "updates"
+        online = report["mode"] == "online"
         name = f"curves-{env}.png"
         curves_plot(folder / name, {label: (s["x"], s["mean"], s["low"], s["high"]) for label, s in series.items()},
-                    xlabel, ylabel, title=env)
+                    "env steps" if online else "updates",
+                    "training-episode return" if online else "training loss (own objective; no baseline)", title=env,
+                    hlines=report["baselines"].get(env) if online and report["score"] == "mean_return" else None)
         figures[f"curves {env}"] = name
+    normalised = report["normalised"]["score"]
     if report["aggregate"]:
+        zero = {f"0: {report['normalised']['by']}": 0.0} if report["normalised"]["by"] else None
         for metric in next(iter(report["aggregate"].values())):
-            rows = [(label, m[metric]["estimate"], m[metric]["low"], m[metric]["high"])
+            rows = [(label, m[metric]["estimate"], *(m[metric][k] if m[metric][k] is not None else m[metric]["estimate"]
+                                                   for k in ("low", "high")))
                     for label, m in report["aggregate"].items()]
             name = f"aggregate-{metric}.png"
-            interval_plot(folder / name, rows, f"{metric} of {score_label}")
+            interval_plot(folder / name, rows, f"{metric} of {normalised}", baselines=zero)
             figures[f"aggregate {metric}"] = name
         profiles = {label: (p["fraction"], p["low"], p["high"]) for label, p in report["profiles"].items()}
         taus = next(iter(report["profiles"].values()))["taus"]
-        compare = ">" if report["higher_is_better"] else "<"
-        profile_plot(folder / "profiles.png", taus, profiles, xlabel=f"{score_label} τ",
-                     ylabel=f"fraction of runs with score {compare} τ")
+        compare = ">" if report["higher_is_better"] or report["normalised"]["normalised"] else "<"
+        profile_plot(folder / "profiles.png", taus, profiles, xlabel=f"{normalised} τ",
+                     ylabel=f"fraction of runs with score {compare} τ", baselines=zero)
         figures["performance profiles"] = "profiles.png"
     for env, series in report.get("memory", {}).items():
         name = f"gen-mse-per-step-{env}.png"
         curves_plot(folder / name, {label: (list(range(1, len(m["gen_mse_per_step"]) + 1)), m["gen_mse_per_step"],
                                             None, None) for label, m in series.items()},
-                    "imagination step", "Gen. MSE", title=env)
+                    "imagination step", "Gen. MSE", title=env, hlines=report["baselines"].get(env))
         figures[f"Gen. MSE per step {env}"] = name
+    return figures
+
+
+def write_report(out: str | Path, reps: int = 10_000, bench: bool = True, video: bool = True) -> Path:
+    """Write ``DIR/report/{report.md, report.json, *.png, imagination-<env>.gif}``; returns the
+    path of ``report.md``."""
+    out = Path(out)
+    report = build_report(out, reps=reps, bench=bench)
+    folder = out / REPORT
+    folder.mkdir(exist_ok=True)
+    figures = draw_figures(report, folder)
     study = load_saved_study(out)
     if video:
         for env in study.envs:
@@ -383,23 +599,71 @@ SCORE_LABELS = {"mean_return": "mean return", "human_normalized_score": "human-n
                 "gen_mse": "Gen. MSE", "success_rate": "success rate (%)"}
 
 
-def _ci(d: Mapping[str, float], key: str = "mean") -> str:
+def _ci(d: Mapping[str, Any], key: str = "mean") -> str:
+    if d.get("low") is None or d.get("high") is None:
+        return f"{d[key]:.3f}"
     return f"{d[key]:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
 
 
+def _verdict_cell(v: Mapping[str, Any]) -> str:
+    evidence = f"p = {v['p_value']:.3g}" if v["p_value"] is not None else f"[{v['low']:.3f}, {v['high']:.3f}]"
+    return f"{'**' + v['text'] + '**' if v['holds'] else v['text']} ({evidence})"
+
+
+def _verdict_lines(report: Mapping[str, Any], score: str, better: str) -> list[str]:
+    """Per env: baselines as rows, each backbone's mean [t interval] and its verdict against each
+    baseline, then every pair of backbones."""
+    lines: list[str] = []
+    methods = {v["method"] for env in report["verdicts"].values() for row in env.values() for v in row.values()}
+    pair_methods = {v["method"] for env in report["pairs"].values() for v in env.values()}
+    for env, rows in report["per_env"].items():
+        baselines = report["baselines"].get(env, {})
+        lines += [f"### {env}", ""]
+        head = ["row", f"{score}: mean [95 % Student t]", "per seed"] + [f"vs {name}" for name in baselines]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        table = [[f"baseline: {name}", f"{value:.3f}", "no training: one value", *[""] * len(baselines)]
+                 for name, value in baselines.items()]
+        for label, r in rows.items():
+            seeds = ", ".join(f"{s}: {v:.3f}" for s, v in r["seeds"].items())
+            table.append([label, _ci(r), seeds,
+                          *[_verdict_cell(report["verdicts"][env][label][name]) for name in baselines]])
+        lines += ["| " + " | ".join(row) + " |" for row in table]
+        if not baselines:
+            lines += ["", "No baseline could be computed for this env (neither carried by a cell's file nor "
+                      "computable here): no verdict against one is printed."]
+        lines.append("")
+        pairs = report["pairs"].get(env, {})
+        if pairs:
+            apart = [pair for pair, v in pairs.items() if v["holds"]]
+            lines += [f"Pairs of backbones separated ({'paired by seed' if report['paired'] else 'unpaired'}; "
+                      f"{', '.join(sorted(pair_methods))}; difference = first minus second, {better} is better): "
+                      + (", ".join(apart) if apart else f"none of {len(pairs)}") + ".", "",
+                      "| pair | difference of means | verdict |", "|---|---|---|"]
+            lines += [f"| {pair} | {v['estimate']:+.3f} | {_verdict_cell(v)} |" for pair, v in pairs.items()]
+            lines.append("")
+    lines.insert(0, f"Against baselines: {', '.join(sorted(methods)) or '-'}; a verdict holds at alpha = 0.05 "
+                    "(bold). The interval column is Student t for every seed count.")
+    lines.insert(1, "")
+    return lines
+
+
 def markdown(report: Mapping[str, Any]) -> str:
-    """The report as Markdown: tables of every number, links to every figure."""
+    """The report as Markdown: warnings first, baselines as rows, computed verdicts, tables of
+    every number, links to every figure."""
     score = SCORE_LABELS[report["score"]]
     better = "higher" if report["higher_is_better"] else "lower"
     lines = [f"# Study: {report['study']}", ""]
+    for warning in report.get("warnings", []):
+        lines += [f"> **{warning}**", ""]
+    lines += [line for note in report.get("notes", []) for line in (note, "")]
     budget = report["budget"]
     trained = {"offline": "world-model updates", "imitation": "updates of world model and imitation policy "
                "together (wmzoo run --imitation)"}.get(report["mode"])
     what = (f"{budget['updates']:,} {trained} per cell on one dataset per env "
             f"({budget['episodes']} episodes, {budget['size']}x{budget['size']})" if trained
             else f"{budget['steps']:,} env steps per cell")
-    lines += [f"Mode: {report['mode']}, {what}. Score: {score} ({better} is better). "
-              "Intervals are 95 %: Student t over seeds per env, stratified bootstrap for aggregates.", ""]
+    lines += [f"Mode: {report['mode']}, {what}, {report['seeds']} training seeds per cell. Score: {score} "
+              f"({better} is better). Baselines are computed on the same data and seeds as the backbones.", ""]
     lines += ["## Cells", ""] + [f"- {state}: {len(names)}" for state, names in report["cells"].items()]
     for state, names in report["cells"].items():
         if state != "done":
@@ -413,31 +677,35 @@ def markdown(report: Mapping[str, Any]) -> str:
             width = ", ".join(f"{k}={v}" for k, v in p["width"].items()) or (
                 "no width knob: preset size" if target and not p["knob"] else "-")
             lines.append(f"| {label} | {env} | {p['world_model']:,} | {width} |")
-    lines += ["", f"## Final {score} per environment", ""]
-    for env, rows in report["per_env"].items():
-        lines += [f"### {env}", "", "| backbone | mean [95 % CI] | per seed |", "|---|---|---|"]
-        for label, r in rows.items():
-            seeds = ", ".join(f"{s}: {v:.3f}" for s, v in r["seeds"].items())
-            lines.append(f"| {label} | {_ci(r)} | {seeds} |")
-        lines.append("")
-    if report["aggregate"]:
+    lines += ["", f"## Final {score} per environment: baselines and verdicts", ""]
+    lines += _verdict_lines(report, score, better)
+    normalised = report["normalised"]["score"]
+    if report.get("aggregate_refused"):
+        lines += ["## Aggregate over environments", "", f"Not computed: {report['aggregate_refused']}."]
+    elif report["aggregate"]:
         metrics = list(next(iter(report["aggregate"].values())))
-        lines += [f"## Aggregate over environments and seeds ({score})", "",
+        interval = ("no interval: fewer than 5 seeds" if report["seeds"] < 5
+                    else "95 % stratified bootstrap")
+        lines += [f"## Aggregate over environments and seeds ({normalised}; {interval})", "",
                   "| backbone | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         for label, m in report["aggregate"].items():
             lines.append(f"| {label} | " + " | ".join(_ci(m[k], "estimate") for k in metrics) + " |")
         if report["incomplete"]:
             lines += ["", f"Left out of the aggregates (a cell not done): {', '.join(report['incomplete'])}."]
-        lines += ["", "## Probability of improvement", "",
-                  f"P(X better than Y): the chance a run of X scores {better} than a run of Y on the same env, "
-                  "averaged over envs (Agarwal et al. 2021).", "", "| X > Y | P [95 % CI] |", "|---|---|"]
-        for pair, p in report["probability_of_improvement"].items():
-            lines.append(f"| {pair} | {_ci(p, 'estimate')} |")
+        if report["probability_of_improvement"]:
+            lines += ["", "## Probability of improvement", "",
+                      f"P(X better than Y): the chance a run of X scores {better} than a run of Y on the same env, "
+                      "averaged over envs (Agarwal et al. 2021).", "", "| X > Y | P [95 % stratified bootstrap] |",
+                      "|---|---|"]
+            for pair, p in report["probability_of_improvement"].items():
+                lines.append(f"| {pair} | {_ci(p, 'estimate')} |")
     if report.get("memory"):
-        lines += ["", "## Memory metrics (s4wm paper, section 5.3; test split)", "",
-                  "| env | backbone | Recon. MSE | Gen. MSE | test episodes (too short for the context) |",
+        lines += ["", "## Memory metrics (s4wm paper, section 5.3; test split; means over seeds)", "",
+                  "| env | row | Recon. MSE | Gen. MSE | test episodes (too short for the context) |",
                   "|---|---|---|---|---|"]
         for env, rows in report["memory"].items():
+            for name, b in report.get("memory_baselines", {}).get(env, {}).items():
+                lines.append(f"| {env} | baseline: {name} | {b['recon_mse']:.3f} | {b['gen_mse']:.3f} | same |")
             for label, m in rows.items():
                 lines.append(f"| {env} | {label} | {m['recon_mse']:.3f} | {m['gen_mse']:.3f} "
                              f"| {m['episodes']} ({m['skipped_episodes']}) |")

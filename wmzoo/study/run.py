@@ -220,7 +220,8 @@ def cell_commands(cell: Cell, study: StudySpec, out: Path) -> tuple[list[str], l
                     + (["--episodes", str(E.test_episodes)] if E.test_episodes else [])]
     else:
         evaluate = [["eval", "--checkpoint", checkpoint, "--episodes", str(E.episodes),
-                     "--max-steps", str(E.max_steps), "--seed", str(E.seed), "--json", str(path / "eval.json")]
+                     "--max-steps", str(E.max_steps), "--seed", str(E.seed), "--json", str(path / "eval.json"),
+                     "--random"]  # the random policy on the same seeds: the report's baseline
                     + (["--temperature", str(E.temperature)] if E.temperature else [])]
     return train, resume, evaluate
 

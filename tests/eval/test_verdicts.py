@@ -1,0 +1,98 @@
+"""The verdict functions on synthetic scores with known answers (wmzoo.eval.verdicts)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from wmzoo.cli import main
+from wmzoo.errors import WmzooError
+from wmzoo.eval.verdicts import (
+    beats_baseline,
+    normalise,
+    permutation_test,
+    pool_envs,
+    separated,
+    seeds_warning,
+    smallest_p,
+)
+
+BASE = np.array([10.0, 10.4, 9.7, 10.2, 9.9])
+
+
+def test_two_backbones_differing_by_noise_only_are_not_separated():
+    # Catches: the "interval excludes 0" test inverted (separated when 0 is inside)
+    noise = np.array([0.15, -0.2, 0.1, -0.05, 0.02])
+    a, b = dict(enumerate(BASE)), dict(enumerate(BASE + noise))
+    for paired in (True, False):
+        verdict = separated(a, b, paired)
+        assert not verdict.holds and verdict.text == "not separated"
+        assert verdict.low < 0 < verdict.high and verdict.p_value is None
+
+
+def test_a_clearly_better_backbone_at_5_seeds_is_separated():
+    # Catches: the interval side swapped (low < 0 taken for "excludes 0"), a Welch or paired
+    # interval that does not shrink with the seeds
+    a, b = dict(enumerate(BASE)), dict(enumerate(BASE + 3.0 + np.array([0.1, -0.1, 0.2, 0.0, -0.2])))
+    for paired in (True, False):
+        verdict = separated(a, b, paired)
+        assert verdict.holds and verdict.text == "separated" and verdict.high < 0
+        assert verdict.estimate == pytest.approx(-3.0)
+
+
+def test_worse_than_the_constant_is_not_above_baseline():
+    # Catches: lower-is-better read as higher-is-better, the wrong end of the interval compared
+    constant = 22.08
+    worse = [22.35, 21.89, 22.09, 23.1, 22.6]  # mean above the constant, interval straddling it
+    assert beats_baseline(worse, constant, lower_is_better=True).text == "not above baseline"
+    clearly_worse = [30.0, 29.0, 31.0, 30.5, 29.5]
+    assert not beats_baseline(clearly_worse, constant, lower_is_better=True).holds
+    better = [12.0, 12.5, 11.8, 12.2, 12.1]
+    verdict = beats_baseline(better, constant, lower_is_better=True)
+    assert verdict.holds and verdict.text == "beats baseline" and verdict.high < constant
+    # returns: higher is better
+    assert beats_baseline([5.0, 5.2, 4.9, 5.1, 5.0], 1.0, lower_is_better=False).holds
+    assert not beats_baseline([5.0, 5.2, 4.9, 5.1, 5.0], 9.0, lower_is_better=False).holds
+
+
+def test_three_seeds_use_the_exact_permutation_test_and_separate_nothing():
+    # Catches: a p-value that excludes the observed arrangement (p = 0 at 3 seeds), a bootstrap or
+    # t interval used below 5 seeds
+    assert permutation_test([1.0, 2.0, 3.0]) == 0.25 == smallest_p(3, paired=True)
+    assert permutation_test([1.0, 2.0, 3.0], [10.0, 11.0, 12.0], paired=False) == pytest.approx(0.1)
+    assert smallest_p(3, paired=False) == pytest.approx(0.1)
+    huge = separated({0: 1.0, 1: 1.1, 2: 0.9}, {0: 100.0, 1: 101.0, 2: 99.0}, paired=True)
+    assert not huge.holds and huge.p_value == 0.25 and huge.low is None and "permutation" in huge.method
+    assert not beats_baseline([1.0, 1.1, 0.9], 100.0, lower_is_better=True).holds
+    # a difference of exactly 0 is never significant; every flip ties
+    assert permutation_test([0.0, 0.0, 0.0]) == 1.0
+    # 4 seeds unpaired: 70 relabellings, smallest p 2/70 < 0.05, so a clear difference separates
+    clear = separated({i: float(i) for i in range(4)}, {i: 50.0 + i for i in range(4)}, paired=False)
+    assert clear.holds and clear.p_value == pytest.approx(2 / 70)
+    line = seeds_warning(3, paired=True)
+    assert line is not None and "fewer than 5" in line and "0.25" in line and seeds_warning(5, True) is None
+
+
+def test_envs_of_different_scale_are_pooled_normalised_and_raw_pooling_is_refused(tmp_path, capsys):
+    # Catches: raw scores of two envs pooled (the larger env decides every aggregate)
+    small, large = np.array([1.0, 1.2, 0.8]), np.array([150.0, 140.0, 160.0])
+    with pytest.raises(WmzooError, match="refusing to pool raw scores of 2 environments"):
+        pool_envs({"a": small, "b": large}, normalised=False)
+    assert pool_envs({"a": small}, normalised=False).shape == (3, 1)  # one env pools nothing
+    scaled = pool_envs({"a": normalise(small, 2.0, 0.0), "b": normalise(large, 100.0, 0.0)}, normalised=True)
+    np.testing.assert_allclose(scaled[:, 0], 1 - small / 2.0)
+    np.testing.assert_allclose(scaled[:, 1], 1 - large / 100.0)  # worse than its constant: below 0
+    np.testing.assert_allclose(normalise([3.0], 1.0, 5.0), [0.5])  # returns: (score - random) / (reference - random)
+    with pytest.raises(WmzooError):
+        normalise([1.0], 2.0, 2.0)
+    # `wmzoo aggregate`: mean returns of two envs are refused with exit code 2
+    files = []
+    for env, ret in (("minigrid-empty-5x5", 0.9), ("crafter", 4.5)):
+        path = tmp_path / f"{env}.json"
+        path.write_text(json.dumps({"checkpoint": "x", "env": env, "backbone": "rssm", "preset": "tiny", "seed": 0,
+                                    "mean_return": ret, "episodes": []}))
+        files.append(str(path))
+    assert main(["aggregate", *files, "--reps", "10"]) == 2
+    assert "refusing to pool raw scores" in capsys.readouterr().err
