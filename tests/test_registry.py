@@ -500,3 +500,21 @@ def test_a_hook_calling_sys_exit_is_one_failure():
     assert r.backbone("goodbone").name == "goodbone"
     [failure] = r.failures
     assert failure.reason == "wmzoo_backbones() raised SystemExit: bye"
+
+
+def test_check_behaviour_uses_the_budget_the_entry_declares(monkeypatch):
+    # Catches: check_behaviour ignoring the entry's BehaviourCheck (its updates or its spec
+    # overrides), which a third party sets instead of editing wmzoo's tests.
+    import wmzoo.testing as testing
+    from wmzoo.hookspecs import BehaviourCheck
+
+    seen = {}
+    registry = reg.default_registry()
+    entry = registry.backbone("rssm")
+    monkeypatch.setitem(registry.tables["backbone"], "rssm", dataclasses.replace(
+        entry, behaviour_check=BehaviourCheck(updates=7, overrides={"optim": {"lr": 0.002}})))
+    monkeypatch.setattr(testing, "check_reward_sign",
+                        lambda wm, updates: seen.update(updates=updates, lr=wm.spec.optim.lr) or (1.0, -1.0))
+    assert testing.check_behaviour("rssm") == (1.0, -1.0)
+    assert seen == {"updates": 7, "lr": 0.002}
+    assert BehaviourCheck().updates == 800  # CONTRIBUTING's documented default

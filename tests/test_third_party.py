@@ -79,6 +79,16 @@ def test_installed_backbone_passes_check_backbone(gru_site: Path, tmp_path: Path
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow  # 800 training updates of the example, about 2 minutes on a busy 2-core machine
+def test_installed_backbone_passes_the_behaviour_check_at_its_declared_budget(gru_site: Path, tmp_path: Path) -> None:
+    # Catches: the example (a correct plugin) failing the published behaviour check at its
+    # documented defaults, or a third party unable to set its own budget (SCHEDULES lived in
+    # wmzoo's tests).
+    code = "from wmzoo.testing import check_behaviour; print(check_behaviour('gru-wm'))"
+    result = wmzoo(gru_site, "-c", code, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
 def test_installed_backbone_trains_through_the_cli(gru_site: Path, tmp_path: Path) -> None:
     logdir = tmp_path / "run"
     result = wmzoo(

@@ -1,12 +1,13 @@
 """wmzoo: interchangeable world-model backbones for model-based reinforcement learning."""
 
 from wmzoo.errors import MissingDependencyError, SpecError, UnknownNameError, WmzooError
-from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, RunPreset, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, EnvEntry, PolicyEntry, RunPreset, WidthKnob, hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackboneEntry",
+    "BehaviourCheck",
     "EnvEntry",
     "MissingDependencyError",
     "PolicyEntry",

@@ -67,6 +67,16 @@ class WidthKnob:
 
 
 @dataclass(frozen=True)
+class BehaviourCheck:
+    """What :func:`wmzoo.testing.check_behaviour` gives a backbone's ``tiny`` preset to learn the
+    reward-sign task: ``updates`` on it and ``overrides`` of the spec (e.g. ``{"optim": {"lr":
+    1e-3}}``). Measured by the plugin's author; a model that needs more is not wrong."""
+
+    updates: int = 800
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class BackboneEntry:
     """A world-model backbone.
 
@@ -88,6 +98,9 @@ class BackboneEntry:
     ``width`` (optional) is the :class:`WidthKnob` a parameter-matched study turns; a backbone
     without one runs at its preset's size and the study's report says so.
 
+    ``behaviour_check`` is the budget its ``tiny`` preset needs for the behaviour contract
+    (:class:`BehaviourCheck`; default 800 updates at the preset's own rate).
+
     ``paper_envs`` names the environments (or families, ``atari-*``) its paper evaluates on;
     the extra of the plugin's distribution named like the backbone installs them
     (``pip install "wmzoo[rem]"``), and ``wmzoo list`` says so.
@@ -104,6 +117,7 @@ class BackboneEntry:
     run_presets: Mapping[str, RunPreset] = field(default_factory=dict)
     width: WidthKnob | None = None
     paper_envs: tuple[str, ...] = ()
+    behaviour_check: BehaviourCheck = field(default_factory=BehaviourCheck)
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def reward_sign_batch(env: EnvInfo, batch: int, seq_len: int, seed: int) -> Batc
 
 
 def check_reward_sign(
-    wm: WorldModel, env: EnvInfo = SIGN_ENV, updates: int = 200, batch: int = 8, seq_len: int = 8
+    wm: WorldModel, env: EnvInfo = SIGN_ENV, updates: int = 800, batch: int = 8, seq_len: int = 8
 ) -> tuple[float, float]:
     """Behaviour contract, end to end: trained ``updates`` times on :func:`reward_sign_batch`, the
     model imagines a higher reward for the action that paid +1 than for the one that paid −1.
@@ -165,9 +165,22 @@ def check_reward_sign(
     plus, minus = rewards
     assert plus > minus + 0.5, (
         f"after {updates} updates on the reward-sign task the imagined reward of the +1 action "
-        f"({plus:.3f}) is not above the -1 action's ({minus:.3f}): check the reward's alignment and sign"
+        f"({plus:.3f}) is not above the -1 action's ({minus:.3f}): "
+        + ("the two are equal, so the reward head has not learnt yet: more updates or a higher rate "
+           "(the backbone entry's behaviour_check) may be all it needs, else check that the reward head "
+           "reads the state after the action" if abs(plus - minus) < 0.05 else
+           "check the reward target's alignment (reward[t] follows action[t]) and its sign")
     )
     return plus, minus
+
+
+def check_behaviour(name: str) -> tuple[float, float]:
+    """:func:`check_reward_sign` of the registered backbone ``name`` at its ``tiny`` preset, with
+    the budget its entry declares (:class:`~wmzoo.hookspecs.BehaviourCheck`: updates and spec
+    overrides); returns the imagined rewards under the +1 and the −1 action."""
+    check = default_registry().backbone(name).behaviour_check
+    wm = build_world_model(name, world_model_spec(name, "tiny", dict(check.overrides)), SIGN_ENV)
+    return check_reward_sign(wm, updates=check.updates)
 
 
 def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo = CHECK_ENV) -> None:

@@ -6,7 +6,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, PolicyEntry, WidthKnob, hookimpl
 
 from .actor_critic import PRESETS as POLICY_PRESETS
 from .actor_critic import DeltaIrisActorCritic, DeltaIrisActorCriticSpec
@@ -19,6 +19,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
     return [
         BackboneEntry(
             name="delta-iris",
+            behaviour_check=BehaviourCheck(updates=200),
             spec=DeltaIrisSpec,
             presets=PRESETS,
             build=DeltaIrisWorldModel,

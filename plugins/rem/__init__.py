@@ -6,7 +6,7 @@ Registers through the same ``wmzoo`` entry-point hooks a third-party package use
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, PolicyEntry, WidthKnob, hookimpl
 
 from .model import PRESETS, RUN_PRESETS, REMSpec, REMWorldModel
 from .policy import POLICY_PRESETS, REMActorCritic, REMActorCriticSpec
@@ -17,6 +17,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
     return [
         BackboneEntry(
             name="rem",
+            behaviour_check=BehaviourCheck(updates=200),
             spec=REMSpec,
             presets=PRESETS,
             build=REMWorldModel,

@@ -5,7 +5,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, WidthKnob, hookimpl
 
 from .model import (
     PRESETS,
@@ -22,6 +22,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
     return [
         BackboneEntry(
             name="rssm",
+            behaviour_check=BehaviourCheck(updates=800, overrides={"optim": {"lr": 0.001}}),
             spec=RSSMSpec,
             presets=PRESETS,
             build=RSSMWorldModel,

@@ -5,7 +5,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, WidthKnob, hookimpl
 
 from .model import PRESETS, RUN_PRESETS, S4WMSpec, S4WMWorldModel
 from .s4 import S4Block, S4Blocks, S4DLayer
@@ -16,6 +16,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
     return [
         BackboneEntry(
             name="s4wm",
+            behaviour_check=BehaviourCheck(updates=800, overrides={"optim": {"lr": 0.001}}),
             spec=S4WMSpec,
             presets=PRESETS,
             build=S4WMWorldModel,

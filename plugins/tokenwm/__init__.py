@@ -7,7 +7,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, PolicyEntry, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, PolicyEntry, WidthKnob, hookimpl
 
 from .blocks import Attention, CrossBlock, FeedForward, FiLM, FiLMBlock, PerceiverReadout, ViTEncoder, push
 from .model import PRESETS, TokenWMSpec, TokenWMWorldModel
@@ -21,6 +21,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
     return [
         BackboneEntry(
             name="tokenwm",
+            behaviour_check=BehaviourCheck(updates=600, overrides={"optim": {"lr": 0.001}}),
             spec=TokenWMSpec,
             presets=PRESETS,
             build=TokenWMWorldModel,
