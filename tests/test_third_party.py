@@ -40,11 +40,11 @@ def pip_install(source: Path, target: Path) -> Path:
 
 
 def wmzoo(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m wmzoo.cli ARGS`` (or ``python ARGS`` when ``args[0] == "-c"``) seeing ``site``."""
+    """``python -m wmzoo.cli ARGS`` (or ``python ARGS`` when ``args[0]`` is ``-c`` or ``-m``) seeing ``site``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WMZOO_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     env.setdefault("OMP_NUM_THREADS", "1")  # 2-core CI machines: see tests/conftest.py
-    argv = list(args) if args[0] == "-c" else ["-m", "wmzoo.cli", *args]
+    argv = list(args) if args[0] in ("-c", "-m") else ["-m", "wmzoo.cli", *args]
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=cwd)
 
 
@@ -87,6 +87,17 @@ def test_installed_backbone_passes_the_behaviour_check_at_its_declared_budget(gr
     code = "from wmzoo.testing import check_behaviour; print(check_behaviour('gru-wm'))"
     result = wmzoo(gru_site, "-c", code, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow  # a pytest subprocess over wmzoo's packaging and reference tests
+def test_wmzoos_own_tests_pass_with_a_third_party_backbone_installed(gru_site: Path, tmp_path: Path) -> None:
+    # Catches: wmzoo's tests of what it ships (every backbone's extra, every plugin README) failing
+    # for a user who has a third party's backbone installed beside it ("gru-wm has no extra").
+    root = Path(__file__).resolve().parents[1]
+    tests = [f"{root}/tests/test_packaging.py", f"{root}/tests/test_reference.py::test_every_backbone_has_a_page_from_its_readme"]
+    result = wmzoo(gru_site, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, cwd=root)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "gru-wm" in wmzoo(gru_site, "list", "--kind", "backbones", cwd=tmp_path).stdout
 
 
 def test_installed_backbone_trains_through_the_cli(gru_site: Path, tmp_path: Path) -> None:

@@ -300,6 +300,12 @@ class Registry:
                 found.append(entry)
         return found
 
+    def bundled(self, kind: str) -> list[str]:
+        """The names of ``kind`` that wmzoo's own distribution registers (not a third party's),
+        for checks of what wmzoo ships (its extras, its plugin READMEs)."""
+        return sorted(name for name in self.tables[kind]
+                      if self.dists.get(self._owners.get((kind, name), ""), "") == BUNDLED_DIST)
+
     def backbone_extra(self, name: str) -> str:
         """``wmzoo[rem]``: the extra of the backbone's distribution named like it, which installs
         its paper's environments; "" for a backbone with none (no paper_envs, no distribution)."""
