@@ -491,10 +491,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     agent = load_agent(args.checkpoint, args.device)
     sample = args.sample or args.temperature is not None
     temperature = 1.0 if args.temperature is None else args.temperature
-    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=sample, temperature=temperature)
-    for i, r in enumerate(results):
+
+    def progress(i: int, r: Any) -> None:  # each episode as it ends: a long evaluation is not silent
         unlocked = "" if r.achievements is None else f", {len(r.achievements)} achievements"
-        print(f"episode {i + 1}: return {r.ret:.3f} (length {r.length}{unlocked})")
+        print(f"episode {i + 1} of {args.episodes}: return {r.ret:.3f} (length {r.length}{unlocked})", flush=True)
+
+    results = evaluate(agent, args.episodes, args.max_steps, seed=args.seed, sample=sample, temperature=temperature,
+                       on_episode=progress)
     summary = summarize(agent.run.env, results)
     _print_summary(summary, len(results), "")
     baseline = None

@@ -8,6 +8,7 @@ score (Hafner, 2021; :func:`wmzoo.eval.metrics.crafter_score`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,13 @@ class EpisodeResult:
 
 def evaluate(
     agent: Agent, episodes: int, max_steps: int, seed: int = 10_000, sample: bool = False,
-    temperature: float = 1.0, uniform: bool = False,
+    temperature: float = 1.0, uniform: bool = False, on_episode: Callable[[int, EpisodeResult], None] | None = None,
 ) -> list[EpisodeResult]:
     """Run ``episodes`` episodes (test-time env protocol), each at most ``max_steps`` steps,
     acting greedily or, with ``sample``, sampling at ``temperature``. ``uniform``: a uniformly
     random policy instead of the agent's, on the same env, seeds and protocol (the baseline the
-    learning checks compare against); its action space is seeded with each episode's seed."""
+    learning checks compare against); its action space is seeded with each episode's seed.
+    ``on_episode(index, result)`` is called as each episode ends (``wmzoo eval``'s progress)."""
     run = agent.run
     env = make_env(run.env, seed=seed, size=run.train.image_size, train=False)
     results = []
@@ -78,6 +80,8 @@ def evaluate(
                 first = False
                 done = terminated or truncated
             results.append(EpisodeResult(total, steps, _jsonable(info), unlocked(info)))
+            if on_episode is not None:
+                on_episode(episode, results[-1])
     finally:
         env.close()
     return results
