@@ -20,7 +20,9 @@ from wmzoo.errors import UnknownNameError  # noqa: E402
 from wmzoo.registry import default_registry, env_availability, make_env  # noqa: E402
 
 NAMES = tuple(tasks.TASKS)
-LENGTHS = {  # (context | query) of Tables 2 and 3
+LENGTHS = {  # (context | query) of Tables 2 and 3; widths 8 and 20 by Table 2's formula
+    "distracting-memory-8": (15, 5),
+    "distracting-memory-20": (39, 11),
     "distracting-memory-100": (199, 51),
     "distracting-memory-200": (399, 101),
     "distracting-memory-400": (799, 201),

@@ -29,7 +29,7 @@ def test_entries_and_extras() -> None:
         # the s4wm paper's memory tasks (section 5)
         "two-rooms", "four-rooms", "ten-rooms",
         "two-rooms-teleport", "four-rooms-teleport", "ten-rooms-teleport",
-        "distracting-memory-100", "distracting-memory-200", "distracting-memory-400",
+        "distracting-memory-8", "distracting-memory-20", "distracting-memory-100", "distracting-memory-200", "distracting-memory-400",
         "multi-doors-keys-3", "multi-doors-keys-5", "multi-doors-keys-7",
     }  # fmt: skip
     assert entries["two-rooms-teleport"].extra == "memory-maze"

@@ -22,7 +22,8 @@ reset observation and the ``context_length - 1`` steps of the context script), t
 phase (one row per query action). Every env truncates at ``context_length + query_length - 1``
 steps.
 
-**Distracting Memory** (``distracting-memory-{100,200,400}``, the width; ``199|51``, ``399|101``,
+**Distracting Memory** (``distracting-memory-{100,200,400}``, the width, and the shorter
+``-8`` and ``-20`` of the same formula; ``199|51``, ``399|101``,
 ``799|201``). A room on the left holds a coloured square (the cue); a 1-cell hallway of ``width``
 cells, each holding a floor tile of a random colour (a distractor, drawn dimmer as MiniGrid draws
 floors) with probability 1/2, leads to a junction with two coloured squares of different colours
@@ -123,8 +124,10 @@ STEPS = tuple((int(dx), int(dy)) for dx, dy in DIR_TO_VEC)
 PICKUP, UNLOCK, WAIT = 4, 5, 6
 """Multi Doors Keys' further actions."""
 
-DISTRACTING_MEMORY = {100: (199, 51), 200: (399, 101), 400: (799, 201)}
-"""Width -> (context, query) observations, Table 2."""
+DISTRACTING_MEMORY = {8: (15, 5), 20: (39, 11), 100: (199, 51), 200: (399, 101), 400: (799, 201)}
+"""Width -> (context, query) observations: 100, 200, 400 are Table 2's; 8 and 20 are wmzoo's short
+hallways by the same formula (context ``2w - 1``, query ``w/2 + 1``), a span a CPU-scale run can
+learn across (issue: the s4wm ordering at CPU scale)."""
 MULTI_DOORS_KEYS = {3: (76, 174), 5: (170, 380), 7: (296, 654)}
 """Number of keys -> (context, query) observations, Table 3."""
 ROOM_SIDE = {3: 10, 5: 14, 7: 17}

@@ -155,7 +155,7 @@ def wmzoo_envs() -> list[EnvEntry]:
                 description=f"s4wm memory task {name} (2D MiniGrid, scripted policy)",
             )
             for name in (
-                *(f"distracting-memory-{w}" for w in (100, 200, 400)),
+                *(f"distracting-memory-{w}" for w in (8, 20, 100, 200, 400)),
                 *(f"multi-doors-keys-{k}" for k in (3, 5, 7)),
             )
         ),
