@@ -165,7 +165,7 @@ def step_components(
     :class:`Optimizer`). A component starts at the trainer's 0-based ``update`` ``spec.start``
     (``update=None``: all have); one that has not gets no gradient and no step. Returns the
     gradient norm of each component that stepped."""
-    active = [n for n, opt in optimizers.items() if update is None or update >= opt.spec.start]
+    active = [n for n, opt in optimizers.items() if update is None or opt.spec.started(update)]
     for name in active:
         optimizers[name].zero_grad()
     if not active:

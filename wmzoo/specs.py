@@ -55,6 +55,10 @@ class OptimSpec(Spec):
             raise ValueError("schedule 'cosine' needs decay_steps >= 1 (updates to anneal over)")
         return self
 
+    def started(self, update: int) -> bool:
+        """Whether the component steps at the trainer's 0-based ``update``."""
+        return update >= self.start
+
 
 class WorldModelSpec(Spec):
     """Fields every backbone spec has: how the trainer samples world-model batches."""
@@ -110,6 +114,11 @@ class TrainSpec(Spec):
         512.0, gt=0, description="replayed steps trained on per env step (DreamerV3 definition)"
     )
     policy_every: int = Field(1, ge=1, description="train the policy every n world-model updates")
+    policy_updates: int = Field(
+        1, ge=1, le=1000, description="policy updates each time it trains, each on its own batch "
+        "(policy.segment) or imagination from the same starts (Δ-IRIS Atari: 200 actor-critic per 120 "
+        "world-model updates an epoch = 5 every 3)",
+    )
     final_updates: int = Field(
         0, ge=0, description="updates (world model, then policy as usual) after the last env step "
         "(REM table 2 / IRIS: 600 epochs of which 500 collect, so 100 x 200 = 20,000)",

@@ -35,6 +35,7 @@ from wmzoo.nn.distributions import TwoHot
 from wmzoo.optim import Optimizer
 from wmzoo.specs import OptimSpec, PolicySpec
 
+from .model import ATARI_EPOCH_UPDATES
 from .tokenizer import FrameCnnSpec, FrameEncoder
 
 
@@ -181,9 +182,10 @@ PRESETS: dict[str, DeltaIrisActorCriticSpec] = {
     # its own batch of 86 segments of 6 frames: 5 burn in, the last starts imagination.
     "paper": DeltaIrisActorCriticSpec(horizon=15, max_starts=86, segment=6, epsilon=0.01),
     # Atari (appendix C, official config): H = 20, γ 0.995, entropy 0.002, scalar critic, 64 × 6
-    # segments, ε 0.01 while collecting; from epoch 75: 70 epochs × 120 updates after the tokenizer's first.
+    # segments, ε 0.01 while collecting; after epoch 75, 70 epochs after the tokenizer's first update
+    # (the run preset trains it 200 times an epoch: train.policy_updates 5 every 3 of G's 120).
     "paper-atari": DeltaIrisActorCriticSpec(
         horizon=20, gamma=0.995, entropy=0.002, two_hot=False, max_starts=64, segment=6, epsilon=0.01,
-        start=70 * 120,
+        start=70 * ATARI_EPOCH_UPDATES,
     ),
 }

@@ -21,8 +21,10 @@ wmzoo's alignment (``reward[t]``, ``terminal[t]`` follow ``action[t]``) is the o
 Loss: ``w_z · CE(z) + w_r · CE(r) + w_d · CE(d)`` (official config: Crafter 1 / 1 / 1, Atari
 0.1 / 1 / 0.1); the autoencoder trains on the same transitions with its own loss and optimizer
 (component ``tokenizer``), G on tokens computed without gradient (component ``world_model``).
-A training sequence of ``T`` frames gives ``T − 1`` blocks (the official pads a last block of
-zeros whose outputs it drops). Where a frame starts an episode, its block attends to nothing
+A training sequence of ``T`` frames gives ``T − 1`` transitions, whose Δ-tokens G learns, and
+``T`` actions, whose reward and end it learns: the last frame's block ``[e(x_{T−1}), a_{T−1}]``
+is fed with zero Δ-tokens whose outputs are dropped, as the official does (when G's context
+holds ``T`` blocks, as both official configs: ``max_blocks`` = the segment length). Where a frame starts an episode, its block attends to nothing
 before it and positions restart at 0 (the official samples segments inside one episode); the
 transition into it is excluded from every loss.
 
@@ -235,18 +237,25 @@ class DeltaIrisWorldModel(WorldModel):
         )
 
     def _world_model_loss(self, batch: Batch, tokens: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """Section 2.2: CE of the next Δ-token at a_t and z¹..z^{K−1}, of the reward and of the
-        termination at a_t, over the transitions inside one episode."""
+        """Section 2.2: CE of the next Δ-token at a_t and z¹..z^{K−1} over the ``T − 1``
+        transitions inside one episode, and of the reward and the termination at a_t over every
+        frame's action, the last one's too where G's context holds its block (official: a last
+        block of zero tokens whose Δ-token outputs are dropped)."""
         T = batch.shape[1] - 1
-        x = self._blocks(batch.obs[:, :T], batch.action[:, :T], tokens)
-        out = self._forward(x, batch.is_first[:, :T])  # [B, T, block, d]
-        logits = self.head_latents(out[:, :, self.a_pos : self.a_pos + self.K]).float()  # → z¹..z^K
+        n = T + 1 if T < self.spec.max_blocks else T  # blocks: with the last frame's [e(x_T), a_T]
+        x = self._blocks(batch.obs[:, :n], batch.action[:, :n], F.pad(tokens, (0, 0, 0, n - T)))
+        out = self._forward(x, batch.is_first[:, :n])  # [B, n, block, d]
+        logits = self.head_latents(out[:, :T, self.a_pos : self.a_pos + self.K]).float()  # → z¹..z^K
         reward, cont, mask = reward_cont_targets(batch)  # [B, T] each: transition t inside an episode
         ce = F.cross_entropy(logits.flatten(0, 2), tokens.flatten(), reduction="none").view(tokens.shape)
         latent_loss = (ce * mask[..., None]).sum() / (mask.sum() * self.K).clamp(min=1)
+        acted = mask  # a_T's reward and end too, unless x_T is a terminal observation (no action follows it)
+        if n > T:
+            reward, cont = batch.reward, 1.0 - batch.terminal.float()
+            acted = torch.cat([mask, start_conts(batch)[:, -1:].bool()], 1)
         action_out = out[:, :, self.a_pos]
-        reward_loss = self.head_reward.loss(action_out, reward, mask)
-        end_loss = self.head_end.loss(action_out, 1 - cont, mask)
+        reward_loss = self.head_reward.loss(action_out, reward, acted)
+        end_loss = self.head_end.loss(action_out, 1 - cont, acted)
         s = self.spec
         loss = s.latents_weight * latent_loss + s.rewards_weight * reward_loss + s.ends_weight * end_loss
         with torch.no_grad():
@@ -446,6 +455,10 @@ class DeltaIrisWorldModel(WorldModel):
 
 # --------------------------------------------------------------------------- presets
 
+ATARI_EPOCH_UPDATES = 120
+"""G's updates per official Atari epoch (``training.world_model.steps_per_epoch``): the trainer's
+update count advances by it per epoch, so "start after e epochs" is ``e × 120`` updates."""
+
 _TINY_CNN = FrameCnnSpec(channels=8, mult=(1, 1, 2), down=(1, 1, 1))
 _TINY_TOKENIZER = DeltaTokenizerSpec(
     num_tokens=4, codebook_size=64, codebook_dim=16, latent_dim=16, encoder=_TINY_CNN, decoder=_TINY_CNN,
@@ -476,26 +489,36 @@ PRESETS: dict[str, DeltaIrisSpec] = {
     "paper": DeltaIrisSpec(batch_size=32, seq_len=21, max_blocks=21, bf16=True),
     # Atari 100k (appendix C, official config): G 3 layers, 4 heads, d 256, segments of 26 (64 per
     # batch); I-token CNN → 4×8×8; sign rewards; weights 0.1 / 1 / 0.1; the Atari autoencoder
-    # (frame_cnn C 32 → 16 channels, revival during its first 400 updates, no weight decay); G from
-    # epoch 50, 45 epochs × 120 updates after the tokenizer's first (epoch 5).
+    # (frame_cnn C 32 → 16 channels, revival during its first 400 updates, no weight decay); G
+    # after epoch 50 (start_after_epochs), 45 epochs after the tokenizer's (5), whose first update
+    # is the trainer's first (the run preset's prefill of 3000 steps).
     "paper-atari": DeltaIrisSpec(
         batch_size=64, seq_len=26, max_blocks=26, embed_dim=256, heads=4, frame_latent_dim=4,
         reward="sign", latents_weight=0.1, ends_weight=0.1, tokenizer=ATARI, bf16=True,
-        optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0, start=45 * 120),
+        optim=OptimSpec(lr=1e-4, weight_decay=0.01, clip=10.0, start=45 * ATARI_EPOCH_UPDATES),
     ),
 }
 
-# The official schedules (`--set train.…` still wins). Crafter: 16 envs, 100k random steps, then
-# epochs of 10k env steps with 500 updates of each component (batch 32 × 21): 0.05 updates per env
-# step = 33.6 replayed steps; 10M steps (appendix B). Atari 100k: epochs of 200 steps with 120
-# world-model updates (64 × 26: 998.4 replayed steps per env step), 2000 steps in the first epoch.
+# The official schedules (config/params/crafter.yaml, config/trainer.yaml; `--set train.…` still
+# wins); tests/plugins/delta_iris/test_schedule.py counts them against the official epochs. An
+# official epoch collects, then trains each component; wmzoo spreads an epoch's updates over its
+# env steps, so the official epochs that train after the last env step (from the last collecting
+# one on) are `final_updates`.
+# Crafter: 16 envs, 100k random steps, then epochs of 10k env steps with 500 updates of each
+# component (batch 32 × 21): 0.05 updates per env step = 33.6 replayed steps; 10M steps (991
+# collecting epochs of 1000, appendix B): 10 epochs × 500 updates after the last env step.
+# Atari 100k: 2000 random steps, then epochs of 200 steps with 120 world-model updates (64 × 26:
+# 998.4 replayed steps per env step) and 200 actor-critic updates (5 every 3); the tokenizer after
+# epoch 5, i.e. from env step 3000 (the prefill); 491 collecting epochs of 600: 110 × 120 after.
 RUN_PRESETS: dict[str, RunPreset] = {
     "paper": RunPreset(
         model="paper", policy="paper", train="paper",
-        schedule={"steps": 10_000_000, "envs": 16, "prefill": 100_000, "train_ratio": 500 * 32 * 21 / 10_000},
+        schedule={"steps": 10_000_000, "envs": 16, "prefill": 100_000, "train_ratio": 500 * 32 * 21 / 10_000,
+                  "final_updates": 10 * 500},
     ),
     "paper-atari": RunPreset(
         model="paper-atari", policy="paper-atari", train="paper-atari100k",
-        schedule={"prefill": 2000, "train_ratio": 120 * 64 * 26 / 200},
+        schedule={"prefill": 2000 + 5 * 200, "train_ratio": ATARI_EPOCH_UPDATES * 64 * 26 / 200,
+                  "policy_every": 3, "policy_updates": 5, "final_updates": 110 * ATARI_EPOCH_UPDATES},
     ),
 }

@@ -7,7 +7,7 @@ Registers through the same ``wmzoo`` entry-point hook a third-party package uses
 
 from __future__ import annotations
 
-from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, PolicyEntry, WidthKnob, hookimpl
+from wmzoo.hookspecs import BackboneEntry, BehaviourCheck, PolicyEntry, RunPreset, WidthKnob, hookimpl
 
 from .blocks import Attention, CrossBlock, FeedForward, FiLM, FiLMBlock, PerceiverReadout, ViTEncoder, push
 from .model import PRESETS, TokenWMSpec, TokenWMWorldModel
@@ -30,6 +30,9 @@ def wmzoo_backbones() -> list[BackboneEntry]:
             description="TokenWM: N_h state tokens, FiLM prior, cross-attention posterior, memory bank of "
             "past states, perceiver decoder; deterministic (L2 information bottleneck)",
             paper="Zhai, Zhang, Navab, Recurrent World Model with Tokenized Latent States (TokenWM), section 3, table 2",
+            # table 2: 16,000 training steps (imitation updates: wmzoo run --imitation DIR)
+            run_presets={"paper-imitation": RunPreset(model="paper", policy="paper", train="paper",
+                                                      schedule={"steps": 16_000})},
             width=WidthKnob(("dim", "encoder_dim", "decoder_hidden", "head_hidden"), multiple=8),
             paper_envs=("minigrid-memory-s7", "babyai-goto-local"),
         )

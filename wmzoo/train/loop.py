@@ -7,7 +7,7 @@ Reads top to bottom like the papers' Algorithm 1 (DreamerV3, IRIS, REM all share
 2. for every env step, act with the policy on the world model's filtered state (ε-greedy with
    the policy spec's ``epsilon``) and store the row;
 3. every ``B·T / train_ratio`` env steps, train the world model on a replayed batch, then (every
-   ``policy_every`` updates, after ``policy.start``) imagine from the batch's states — or from
+   ``policy_every`` updates, after ``policy.start``, ``policy_updates`` times) imagine from the batch's states — or from
    the last steps of ``policy.max_starts`` segments of ``policy.segment`` steps sampled for the
    policy — and train the policy on the imagined trajectories;
 4. after the last env step, ``final_updates`` more updates without collecting;
@@ -68,6 +68,7 @@ from wmzoo.train.rundir import (
     write_offline_record,
     write_run_spec,
 )
+from wmzoo.train.schedule import Schedule
 from wmzoo.train.trackers import check_trackers
 
 
@@ -120,6 +121,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
     batches = WorldModelBatches(agent, replay)
+    schedule = Schedule(T, agent.policy.spec, B * L)
     start, next_log = time.time(), progress.env_steps + T.log_every
     next_ckpt = progress.env_steps + T.checkpoint_every
     bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="env step", desc="wmzoo run")
@@ -131,16 +133,16 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
     guard = nonfinite_guard(agent, logdir)
 
     def update() -> None:
-        """One world-model update; the policy's every ``policy_every``, once it has started."""
+        """One world-model update, then the schedule's policy updates (each on its own batch)."""
         P = agent.policy.spec
-        policy = progress.updates + 1 > P.start and (progress.updates + 1) % T.policy_every == 0
+        policy = schedule.policy_updates(progress.updates + 1)
         # start states are built only for a policy that imagines from this batch's
-        out = batches.update(progress.updates, starts=policy and not P.segment)
+        out = batches.update(progress.updates, starts=bool(policy) and not P.segment)
         metrics = dict(out.metrics)
         progress.updates += 1
-        if policy:
-            segments = replay.sample(P.max_starts, P.segment) if P.segment else None  # its own batch
-            metrics.update(agent.train_policy(out, segments=segments))
+        runs = [agent.train_policy(out, segments=replay.sample(P.max_starts, P.segment) if P.segment else None)
+                for _ in range(policy)]
+        metrics.update({key: sum(run[key] for run in runs) / policy for key in runs[0]} if runs else {})
         log_update(guard, logger, progress, metrics, progress.env_steps + progress.final)
 
     filled = False  # every rank's replay holds a batch (ranks update together, or deadlock)
@@ -155,10 +157,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 logger.add({"episode/return": ret, "episode/length": length})
             progress.env_steps += T.envs
             bar.update(T.envs)
-            if not prefill:
-                progress.credit += T.envs * T.train_ratio / (B * L)
-            while progress.credit >= 1:
-                progress.credit -= 1
+            for _ in range(0 if prefill else schedule.due(progress)):
                 update()
             if progress.env_steps >= next_log:
                 logger.add({"fps": progress.env_steps / max(time.time() - start, 1e-9)})

@@ -146,19 +146,22 @@ def test_world_model_loss_targets_by_hand() -> None:
     batch.reward = torch.tensor([[1.0, -2.0, 0.5, 3.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0]])
     batch.terminal = torch.zeros(2, 5, dtype=torch.bool)
     batch.terminal[1, 2] = True
-    out, tokens = _train_forward(wm, batch)
+    batch.terminal[0, 3] = True  # x_4 of row 0 is a terminal observation: no reward or end after it
+    tokens = wm.encode_transitions(batch)
+    with torch.no_grad():  # the last frame's block too, its Δ-tokens zeros (official)
+        out = wm._forward(wm._blocks(batch.obs, batch.action, F.pad(tokens, (0, 0, 0, 1))), batch.is_first)
     a, K = wm.a_pos, wm.K
     z_terms, r_terms, d_terms = [], [], []
     for b in range(2):
-        for t in range(4):
-            if batch.is_first[b, t + 1]:
+        for t in range(5):
+            if t < 4 and batch.is_first[b, t + 1] or t == 4 and batch.terminal[b, 3]:
                 continue
-            for k in range(K):
+            for k in range(K if t < 4 else 0):
                 logit = wm.head_latents(out[b, t, a + k])
                 z_terms.append(F.cross_entropy(logit[None], tokens[b, t, k][None]))
             r_terms.append(-TwoHot(wm.head_reward(out[b, t, a])).log_prob(batch.reward[b, t]))
             d_terms.append(F.cross_entropy(wm.head_end(out[b, t, a])[None], batch.terminal[b, t].long()[None]))
-    assert len(r_terms) == 7
+    assert len(r_terms) == 8 and len(z_terms) == 7 * K  # U4: the last action's reward and end too
     expected = (0.3 * torch.stack(z_terms).mean() + 0.7 * torch.stack(r_terms).mean()
                 + 1.3 * torch.stack(d_terms).mean())
     with torch.no_grad():
