@@ -54,6 +54,7 @@ from wmzoo.train.nonfinite import NonFiniteGuard, kept_checkpoint, nonfinite_hin
 from wmzoo.train.rundir import (
     CHECKPOINT,
     OFFLINE,
+    ProgressFile,
     check_same_data,
     data_env_info,
     data_record,
@@ -127,12 +128,14 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         seed=seed + progress.updates, sampling=T.sampling,
     )
     collector = Collector(envs, agent, replay, seed=seed + 1000 * progress.episodes)
-    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
+    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()),
+                    resumed_at=progress.env_steps + progress.final if resume else None)
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
     batches = WorldModelBatches(agent, replay)
     start, next_log = time.time(), progress.env_steps + T.log_every
     next_ckpt = progress.env_steps + T.checkpoint_every
     bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="step", desc="wmzoo run")
+    shown = ProgressFile(logdir, T.steps, "env steps")
 
     def checkpoint() -> Path:
         replay.flush()
@@ -165,6 +168,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 logger.add({"episode/return": ret, "episode/length": length})
             progress.env_steps += T.envs
             bar.update(T.envs)
+            shown.update(progress.env_steps)
             if not prefill:
                 progress.credit += T.envs * T.train_ratio / (B * L)
             while progress.credit >= 1:
@@ -191,6 +195,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 checkpoint()
     bar.close()
     path = checkpoint()
+    shown.update(progress.env_steps, force=True)
     record_imagination(agent, replay, logdir, logger, progress.env_steps)
     logger.write(progress.env_steps)
     logger.close()
@@ -268,8 +273,10 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
     ``train.checkpoint_every`` (and on Ctrl-C or SIGTERM); then the last checkpoint and the
     imagination GIF of a segment of ``frames``. Returns the checkpoint path."""
     train = agent.run.train
-    logger = Logger(logdir, train.loggers, json.loads(agent.run.model_dump_json()))
+    logger = Logger(logdir, train.loggers, json.loads(agent.run.model_dump_json()),
+                    resumed_at=progress.updates if progress.updates else None)
     guard = nonfinite_guard(agent, logdir)
+    shown = ProgressFile(logdir, updates, "updates")
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))
@@ -279,6 +286,7 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
                       disable=not show_progress, desc=desc):
             metrics = update()
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
+            shown.update(progress.updates)
             log_update(guard, logger, progress, metrics, progress.updates)
             if progress.updates % train.log_every == 0:
                 logger.write(progress.updates)
@@ -286,6 +294,7 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
                 checkpoint()
     logger.write(progress.updates)
     path = checkpoint()
+    shown.update(progress.updates, force=True)
     record_imagination(agent, frames, logdir, logger, progress.updates)
     logger.close()
     return path
