@@ -207,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", metavar="SPEC", help="the study YAML")
     p.add_argument("--out", required=True, help="study folder: one run directory per cell, the report")
     p.add_argument("--jobs", type=int, default=1, help="cells run at once (default: 1)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="torch threads of each cell (train.threads, OMP_NUM_THREADS; default: cores / --jobs)")
     p.add_argument("--executor", default="local", choices=("local", "submitit"),
                    help="local processes, or SLURM through submitit (pip install 'wmzoo[cluster]')")
     p.add_argument("--submitit", dest="submitit", action="append", default=[], metavar="KEY=VALUE",
@@ -698,7 +700,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     raw = load_config(args.spec, what="study ")
     study = study_from_dict(raw, f"study {args.spec}: ")
     parameters = dict(parse_override(item) for item in args.submitit)
-    records = run_study(study, raw, args.out, jobs=args.jobs, executor=args.executor,
+    records = run_study(study, raw, args.out, jobs=args.jobs, executor=args.executor, threads=args.threads,
                         show_progress=not args.no_progress, submitit_parameters=parameters)
     done = sum(r.get("state") == "done" for r in records)
     print(f"{done} of {len(records)} cells done in {args.out}/cells")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wmzoo.errors import UnknownNameError, WmzooError
 from wmzoo.hookspecs import BackboneEntry, RunPreset
@@ -38,6 +38,9 @@ from wmzoo.specs import (
     set_path,
     validate,
 )
+
+if TYPE_CHECKING:
+    from wmzoo.interfaces import EnvInfo, Policy, WorldModel
 
 SECTIONS = ("model", "policy", "train")
 DEFAULTS = {"backbone": "rssm", "env": "minigrid-empty-5x5", "preset": "tiny"}
@@ -205,14 +208,10 @@ def check_fits_in_memory(run: RunSpec) -> None:
 
     from wmzoo.device import device_name
     from wmzoo.interfaces import EnvInfo
-    from wmzoo.registry import build_policy, build_world_model
 
     size = run.train.image_size
-    info = EnvInfo(run.env, (3, size, size), 18)
     try:
-        with torch.device("meta"):
-            world_model = build_world_model(run.backbone, run.model, info)
-            policy = build_policy(run.policy_name, run.policy, world_model.feature_shape, info)
+        world_model, policy = build_on_meta(run, EnvInfo(run.env, (3, size, size), 18))
     except Exception:  # noqa: BLE001 - the real build reports its own error, with the real env
         return
     params = sum(p.numel() for module in (world_model, policy) for p in module.parameters())
@@ -231,3 +230,33 @@ def check_fits_in_memory(run: RunSpec) -> None:
             f"{need / 2**30:.1f} GiB (float32 weights, gradients, two Adam moments), {where} "
             f"{have / 2**30:.1f} GiB; choose a smaller preset or smaller model.* sizes"
         )
+
+
+def build_on_meta(run: RunSpec, info: EnvInfo) -> tuple[WorldModel, Policy]:
+    """The run's world model and policy as ``wmzoo run`` builds them, on the meta device (no
+    memory, no time): a backbone or policy that cannot take ``info``'s observations or actions
+    raises its one line here."""
+    import torch
+
+    from wmzoo.registry import build_policy, build_world_model
+
+    with torch.device("meta"):
+        world_model = build_world_model(run.backbone, run.model, info)
+        return world_model, build_policy(run.policy_name, run.policy, world_model.feature_shape, info)
+
+
+_ENV_INFOS: dict[tuple[str, int], EnvInfo] = {}
+
+
+def made_env_info(env: str, size: int) -> EnvInfo:
+    """The shapes of ``env`` made at ``size`` pixels, as ``wmzoo run`` makes it (cached: made once
+    per process); an env name only its maker knows to be wrong, or a missing package, raises here."""
+    from wmzoo.registry import env_info, make_env
+
+    if (env, size) not in _ENV_INFOS:
+        made = make_env(env, size=size)
+        try:
+            _ENV_INFOS[env, size] = env_info(made, env)
+        finally:
+            made.close()
+    return _ENV_INFOS[env, size]

@@ -54,7 +54,7 @@ def test_study_killed_resumes_and_reports_what_the_cells_hold(tmp_path: Path):
     while time.time() < deadline and proc.poll() is None:
         dirs = sorted((out / "cells").glob("*/*/seed-*")) if (out / "cells").exists() else []
         done = [d for d in dirs if _record(d).get("state") == "done"]
-        mid = [d for d in dirs if (d / "checkpoint.safetensors").exists() and _record(d).get("state") is None]
+        mid = [d for d in dirs if (d / "checkpoint.safetensors").exists() and _record(d).get("state") == "running"]
         if done and mid:
             os.kill(proc.pid, signal.SIGKILL)
             killed = (done, mid)
@@ -73,6 +73,8 @@ def test_study_killed_resumes_and_reports_what_the_cells_hold(tmp_path: Path):
     # Catches: an interrupted cell started from scratch instead of resumed
     resumed = _record(mid[0])
     assert any(" --resume " in c for c in resumed["commands"]), resumed["commands"]
+    # Catches: the killed attempt not counted (cell.json written only once training ended)
+    assert resumed["attempts"] == 2, resumed
 
     report = build_report(out, reps=200, bench=False)
     assert report["score"] == "gen_mse" and not report["higher_is_better"] and report["cells"] == {

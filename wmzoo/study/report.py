@@ -47,7 +47,7 @@ import numpy as np
 
 from wmzoo.atomic import write_text_atomic
 from wmzoo.errors import WmzooError
-from wmzoo.study.run import STUDY_FILE, Cell, cell_record, cells_of, data_dir
+from wmzoo.study.run import LOG_FILE, STUDY_FILE, Cell, cell_record, cells_of, data_dir
 from wmzoo.study.spec import StudySpec, study_from_dict
 
 REPORT = "report"
@@ -414,14 +414,14 @@ def memory_metrics(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict
 def efficiency(study: StudySpec, cells: Sequence[Cell], iters: int = 2) -> list[dict[str, Any]]:
     """``wmzoo bench`` (train and imagine) of each backbone at its first env's study sizes."""
     from wmzoo.bench.harness import bench_specs
-    from wmzoo.config import run_spec
-    from wmzoo.study.run import _env_info, without_policy
+    from wmzoo.config import made_env_info, run_spec
+    from wmzoo.study.run import without_policy
 
     rows = []
     for label in study.labels():
         cell = next(c for c in cells if c.label == label)
         run = run_spec(cell.backbone, cell.env, cell.preset, None, 0, None, without_policy(cell.overrides))
-        info = _env_info(cell.env, run.train.image_size)
+        info = made_env_info(cell.env, run.train.image_size)
         item = [(label, cell.backbone, cell.preset, run.model)]
         M = run.model
         train = bench_specs(item, "train", M.batch_size, M.seq_len, 0, iters, 1, info)[0]
@@ -514,6 +514,7 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
         "budget": study.budget.model_dump(), "params_target": study.params,
         "score": score, "higher_is_better": score != "gen_mse", "cells": {k: v for k, v in sorted(states.items())},
         "parameters": params,
+        "failed": failed_cells(cells, out),
     }
     if score == "gen_mse":
         reference = {env: imagination_reference(study, cells, out, env) for env in study.envs}
@@ -647,6 +648,24 @@ def _verdict_lines(report: Mapping[str, Any], score: str, better: str) -> list[s
     return lines
 
 
+def failed_cells(cells: Sequence[Cell], out: Path) -> list[dict[str, str]]:
+    """Each failed or interrupted cell: its name, error and log (relative to the report folder)."""
+    failed = []
+    for cell in cells:
+        record = cell_record(out / cell.path)
+        if record.get("state") in ("failed", "interrupted"):
+            failed.append({"cell": cell.name, "state": record["state"], "error": record.get("error", "?"),
+                           "log": (Path("..") / cell.path / LOG_FILE).as_posix()})
+    return failed
+
+
+def failed_section(failed: Sequence[Mapping[str, str]]) -> list[str]:
+    """Markdown lines of the failed cells, each linked to its log; none when none failed."""
+    if not failed:
+        return []
+    return ["", "## Failed cells", ""] + [f"- [{f['cell']}]({f['log']}) ({f['state']}): {f['error']}" for f in failed]
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as Markdown: warnings first, baselines as rows, computed verdicts, tables of
     every number, links to every figure."""
@@ -716,6 +735,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {r['backbone']} | {r['params']:,} | {r['train_frames_per_s']:.1f} "
                          f"({r['train_batch']}) | {r['imagine_frames_per_s']:.1f} ({r['imagine_batch']}) "
                          f"| {r['peak_rss_mb']:.0f} |")
+    lines += failed_section(report.get("failed", []))
     if report.get("figures"):
         lines += ["", "## Figures", ""]
         for title, name in report["figures"].items():

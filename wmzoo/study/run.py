@@ -24,15 +24,19 @@ leaves no writer behind, and a lock on ``DIR`` refuses a second study process on
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -46,6 +50,8 @@ STUDY_FILE = "study.yaml"
 PLAN_FILE = "plan.json"
 CELL_FILE = "cell.json"
 LOCK_FILE = ".study.lock"
+LOG_FILE = "log.txt"
+HEARTBEAT_S = 5.0
 EXECUTORS = ("local", "submitit")
 
 
@@ -109,11 +115,11 @@ def world_model_parameters(backbone: str, preset: str, env: str, overrides: Mapp
     for ``env``'s frames at the run's ``train.image_size`` and its action count."""
     import torch
 
-    from wmzoo.config import run_spec
+    from wmzoo.config import made_env_info, run_spec
     from wmzoo.registry import build_world_model
 
     run = run_spec(backbone, env, preset, None, 0, None, without_policy(overrides))
-    info = _env_info(env, run.train.image_size)
+    info = made_env_info(env, run.train.image_size)
     with torch.device("meta"):
         wm = build_world_model(run.backbone, run.model, info)
     return sum(p.numel() for p in wm.parameters())
@@ -123,21 +129,6 @@ def without_policy(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The ``--set`` fields that can matter to a world model: all but ``policy.*`` (which name
     the cells' own policy's fields, e.g. an imitation policy's, not the backbone's default)."""
     return {k: v for k, v in overrides.items() if not k.startswith("policy.")}
-
-
-_ENV_INFOS: dict[tuple[str, int], Any] = {}
-
-
-def _env_info(env: str, size: int) -> Any:
-    from wmzoo.registry import env_info, make_env
-
-    if (env, size) not in _ENV_INFOS:
-        made = make_env(env, size=size)
-        try:
-            _ENV_INFOS[env, size] = env_info(made, env)
-        finally:
-            made.close()
-    return _ENV_INFOS[env, size]
 
 
 def match_width(backbone: str, preset: str, env: str, overrides: Mapping[str, Any], params: int) -> dict[str, int]:
@@ -200,17 +191,20 @@ def _write_record(path: Path, record: Mapping[str, Any]) -> None:
     write_text_atomic(path / CELL_FILE, json.dumps(dict(record), indent=2))
 
 
-def cell_commands(cell: Cell, study: StudySpec, out: Path) -> tuple[list[str], list[str], list[list[str]]]:
-    """``(train, resume, evaluate)`` argument lists of ``wmzoo`` for a cell."""
+def cell_commands(cell: Cell, study: StudySpec, out: Path, threads: int = 1
+                  ) -> tuple[list[str], list[str], list[list[str]]]:
+    """``(train, resume, evaluate)`` argument lists of ``wmzoo`` for a cell; training runs with
+    ``threads`` torch threads (``train.threads``)."""
     path = out / cell.path
     budget = study.budget
     steps = str(budget.updates if budget.offline else budget.steps)
     sets = [item for key, value in cell.overrides.items() for item in ("--set", f"{key}={_text(value)}")]
+    threads_set = ["--set", f"train.threads={threads}"]
     train = ["run", "--backbone", cell.backbone, "--env", cell.env, "--preset", cell.preset,
-             "--seed", str(cell.seed), "--steps", steps, *sets, "--logdir", str(path), "--no-progress"]
+             "--seed", str(cell.seed), "--steps", steps, *sets, *threads_set, "--logdir", str(path), "--no-progress"]
     if budget.offline:
         train += ["--imitation" if budget.imitation else "--offline", str(data_dir(out, cell.env))]
-    resume = ["run", "--logdir", str(path), "--resume", "--steps", steps, "--no-progress"]
+    resume = ["run", "--logdir", str(path), "--resume", "--steps", steps, *threads_set, "--no-progress"]
     checkpoint = str(path / "checkpoint.safetensors")
     E = study.eval
     if not budget.in_env:
@@ -230,33 +224,50 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def run_cell(cell: Mapping[str, Any], study: Mapping[str, Any], out: str, threads: int = 1) -> dict[str, Any]:
+def run_cell(cell: Mapping[str, Any], study: Mapping[str, Any], out: str, threads: int = 1,
+             processes: Processes | None = None) -> dict[str, Any]:
     """Train (or resume) and evaluate one cell; returns its ``cell.json`` record. Plain arguments
-    so that submitit can pickle the call; never raises for the cell's own failure."""
+    so that submitit can pickle the call; never raises for the cell's own failure.
+
+    ``cell.json`` is written when the attempt starts (``running``: its attempt counted even if the
+    study is killed), every :data:`HEARTBEAT_S` seconds (its wall time) and at the end. Without
+    ``processes`` (a submitit job), :data:`JOB_SIGNALS` reach the cell's process as SIGTERM: it
+    saves a checkpoint and the cell is ``interrupted``."""
     c = Cell(**cell)
     spec = StudySpec.model_validate(study)
     path = Path(out) / c.path
     previous = cell_record(path)
-    if previous.get("state") == "done":
+    if previous.get("state") == "done" or (processes is not None and processes.stopped):
         return previous
     path.mkdir(parents=True, exist_ok=True)
-    train, resume, evaluate = cell_commands(c, spec, Path(out))
-    started = time.time()
-    record: dict[str, Any] = {"cell": asdict(c), "state": "running", "commands": [],
-                              "seconds": float(previous.get("seconds", 0.0)),
-                              "attempts": int(previous.get("attempts", 0)) + 1}
-    try:
-        if previous.get("state") != "trained" and not _trained(path, spec):
-            _wmzoo(resume if (path / "checkpoint.safetensors").is_file() else train, record, threads)
-        record["state"] = "trained"
+    train, resume, evaluate = cell_commands(c, spec, Path(out), threads)
+    job = processes is None  # submitit: this cell alone in its process
+    processes = processes or Processes()
+    started, before = time.time(), float(previous.get("seconds", 0.0))
+    record: dict[str, Any] = {"cell": asdict(c), "state": "running", "commands": [], "seconds": before,
+                              "attempts": int(previous.get("attempts", 0)) + 1, "log": LOG_FILE}
+
+    def save(state: str | None = None) -> None:
+        record["seconds"] = before + time.time() - started
+        if state is not None:
+            record["state"] = state
         _write_record(path, record)
-        for args in evaluate:
-            _wmzoo(args, record, threads)
+
+    save()
+    try:
+        with processes.stopped_by(JOB_SIGNALS if job else ()):
+            if previous.get("state") != "trained" and not _trained(path, spec):
+                command = resume if (path / "checkpoint.safetensors").is_file() else train
+                _wmzoo(command, record, path, threads, processes, save)
+            save("trained")
+            for args in evaluate:
+                _wmzoo(args, record, path, threads, processes, save)
         record["state"] = "done"
+    except CellInterrupted as exc:
+        record.update(state="interrupted", error=str(exc))
     except CellFailure as exc:
         record.update(state="failed", error=str(exc))
-    record["seconds"] = float(record["seconds"]) + time.time() - started
-    _write_record(path, record)
+    save()
     return record
 
 
@@ -278,27 +289,105 @@ def _trained(path: Path, study: StudySpec) -> bool:
 
 
 class CellFailure(Exception):
-    """A cell's ``wmzoo`` command exited non-zero (its last stderr line is the message)."""
+    """A cell's ``wmzoo`` command exited non-zero (its last error line is the message)."""
 
 
-def _wmzoo(args: list[str], record: dict[str, Any], threads: int) -> None:
+class CellInterrupted(CellFailure):
+    """A cell's ``wmzoo`` command was stopped by a signal to the study (or to its job)."""
+
+
+class Processes:
+    """The ``wmzoo`` processes of running cells. :meth:`stop` (the study's SIGTERM handler) passes
+    SIGTERM on to each, which saves its checkpoint and exits 2, and no other starts after it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # a handler may run while its own thread is in start()
+        self.running: set[subprocess.Popen[bytes]] = set()
+        self.stopped = False
+
+    def start(self, argv: list[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+        with self.lock:
+            if self.stopped:
+                raise CellInterrupted("the study was stopped before this command started")
+            proc = subprocess.Popen(argv, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent)
+            self.running.add(proc)
+            if self.stopped:  # stop() ran in this thread, between Popen and add
+                proc.send_signal(signal.SIGTERM)
+        return proc
+
+    def finished(self, proc: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            self.running.discard(proc)
+
+    def stop(self, *_: Any) -> None:
+        """SIGTERM to each running process, once; no process starts after it."""
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            for proc in self.running:
+                proc.send_signal(signal.SIGTERM)
+
+    @contextmanager
+    def stopped_by(self, signals: Sequence[int]) -> Iterator[None]:
+        """While inside, ``signals`` to this process call :meth:`stop` (in the main thread only,
+        where Python runs signal handlers; elsewhere nothing changes)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.stop) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+#: what stops a cell's job: SIGTERM (scancel, SLURM's time limit), SIGINT (submitit's local
+#: executor at its time limit, job.cancel()) and SIGUSR2 (submitit's warning before the limit)
+JOB_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+
+
+def _wmzoo(args: list[str], record: dict[str, Any], path: Path, threads: int, processes: Processes,
+           heartbeat: Callable[[], None]) -> None:
+    """Run ``wmzoo ARGS`` for the cell in ``path``, its output appended to the cell's log."""
     record["commands"].append("wmzoo " + " ".join(args))
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "wmzoo.cli", *args], env=env, capture_output=True, text=True,
-        preexec_fn=_die_with_parent,
-    )
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        last = next((line for line in reversed(lines) if line.startswith("wmzoo: error:")), lines[-1] if lines else "")
-        raise CellFailure(f"`wmzoo {args[0]}` exited {proc.returncode}: {last.strip() or 'no message'}")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    with open(path / LOG_FILE, "ab") as log:
+        log.write(f"$ wmzoo {' '.join(args)}\n".encode())
+        log.flush()
+        start = log.tell()
+        proc = processes.start([sys.executable, "-m", "wmzoo.cli", *args], env, log)
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    heartbeat()
+        finally:
+            processes.finished(proc)
+    if code != 0:
+        with open(path / LOG_FILE, "rb") as log:
+            log.seek(start)
+            ended = f"ended by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
+            message = f"`wmzoo {args[0]}` {ended}: {error_line(log.read().decode(errors='replace'))}"
+        raise CellInterrupted(message) if processes.stopped else CellFailure(message)
+
+
+def error_line(output: str) -> str:
+    """The line that says what went wrong in a command's output: its last ``wmzoo: error:``
+    line, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if line.startswith("wmzoo: error:")),
+                lines[-1] if lines else "no message")
 
 
 def _die_with_parent() -> None:
     """The cell's process gets SIGKILL when the study's process dies (Linux only)."""
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -334,18 +423,22 @@ def prepare(study: StudySpec, raw: Mapping[str, Any], out: Path, log: Callable[[
 
         B = study.budget
         for env in study.envs:
-            generate(env, B.episodes, data_dir(out, env), size=B.size, seed=B.data_seed, log=lambda _: None)
+            generate(env, B.episodes, data_dir(out, env), size=B.size, seed=B.data_seed, log=log)
     return cells
 
 
 def run_study(
     study: StudySpec, raw: Mapping[str, Any], out: str | Path, *, jobs: int = 1, executor: str = "local",
-    show_progress: bool = True, log: Callable[[str], None] = print, submitit_folder: str | None = None,
-    submitit_parameters: Mapping[str, Any] | None = None,
+    threads: int | None = None, show_progress: bool = True, log: Callable[[str], None] = print,
+    submitit_folder: str | None = None, submitit_parameters: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every cell not yet done (``jobs`` at a time); returns the cells' records."""
+    """Run every cell not yet done (``jobs`` at a time, ``threads`` torch threads each; default
+    cores ÷ ``jobs``); returns the cells' records. SIGTERM lets each running cell save its
+    checkpoint (``interrupted``), starts no other, and raises one line."""
     if jobs < 1:
         raise WmzooError(f"--jobs {jobs}: must be at least 1")
+    if threads is not None and threads < 1:
+        raise WmzooError(f"--threads {threads}: must be at least 1")
     if executor not in EXECUTORS:
         raise WmzooError(f"--executor {executor}: expected one of {', '.join(EXECUTORS)}")
     out = check_output_folder(out, STUDY_FILE, "--out")
@@ -354,67 +447,165 @@ def run_study(
         todo = [c for c in cells if cell_record(out / c.path).get("state") != "done"]
         if len(todo) < len(cells):
             log(f"{len(cells) - len(todo)} of {len(cells)} cells already done: skipped")
-        threads = max(1, (os.cpu_count() or 1) // jobs)
+        if threads is None:
+            threads = max(1, (os.cpu_count() or 1) // jobs)
+            why = f"{os.cpu_count()} cores / --jobs {jobs}; --threads N to choose"
+        else:
+            why = "--threads"
+        log(f"each cell runs with {threads} torch thread{'s' if threads > 1 else ''} ({why})")
         payload = study.model_dump(mode="json")
         calls = [(asdict(c), payload, str(out.resolve()), threads) for c in todo]
-        if executor == "local":
-            records = _run_local(calls, jobs, show_progress)
-        else:
-            records = _run_submitit(calls, out, jobs, show_progress, submitit_folder, submitit_parameters)
-    failed = [r for r in records if r.get("state") != "done"]
-    for r in failed:
-        log(f"failed: {Cell(**r['cell']).name}: {r.get('error', '?')}")
+        processes = Processes()
+        watch = Watch(out, todo, time.time(), show_progress)
+        with processes.stopped_by((signal.SIGTERM,)):
+            if executor == "local":
+                records = _run_local(calls, jobs, watch, processes)
+            else:
+                parameters = dict(submitit_parameters or {})
+                if "timeout_min" not in parameters:
+                    parameters["timeout_min"] = submitit_time_limit(study, todo)
+                    log(f"submitit: time limit {parameters['timeout_min']} min per cell, from the budget "
+                        f"(--submitit timeout_min=M to choose)")
+                records = _run_submitit(calls, out, jobs, watch, processes, submitit_folder, parameters)
+    for r in records:
+        if r.get("state") in ("failed", "interrupted"):
+            log(f"{r['state']}: {Cell(**r['cell']).name}: {r.get('error', '?')} "
+                f"(its log: {out / r['cell']['path'] / LOG_FILE})")
+    if processes.stopped:
+        saved = sum(r.get("state") == "interrupted" for r in records)
+        raise WmzooError(f"stopped (SIGTERM): {saved} running cell{'s' if saved != 1 else ''} saved a checkpoint; "
+                         "run the same `wmzoo study run` again to continue")
     return [cell_record(out / c.path) for c in cells]
 
 
-def _progress(total: int, show: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, disable=not show, unit="cell", desc="wmzoo study")
+#: an upper bound on the time of one update and one env step, for a job's time limit
+SECONDS_PER_UPDATE, SECONDS_PER_ENV_STEP, STARTUP_MIN = 1.0, 0.01, 10
 
 
-def _run_local(calls: list[tuple[Any, ...]], jobs: int, show: bool) -> list[dict[str, Any]]:
+def submitit_time_limit(study: StudySpec, cells: Sequence[Cell]) -> int:
+    """Minutes a cell's job may run (submitit's ``timeout_min``; its own default, 2 local and 5
+    on SLURM, stops most cells): :data:`STARTUP_MIN` for starting and evaluating, plus the budget
+    of the longest cell at :data:`SECONDS_PER_UPDATE` per update (online: env steps ×
+    ``train_ratio`` / (batch × sequence) and the final updates) and :data:`SECONDS_PER_ENV_STEP`
+    per env step."""
+    from wmzoo.config import run_spec
+
+    budget, longest = study.budget, 0.0
+    for cell in cells:
+        if budget.offline:
+            seconds = (budget.updates or 0) * SECONDS_PER_UPDATE
+        else:
+            run = run_spec(cell.backbone, cell.env, cell.preset, None, cell.seed, None, cell.overrides)
+            steps, T, M = budget.steps or 0, run.train, run.model
+            updates = steps * T.train_ratio / (M.batch_size * M.seq_len) + T.final_updates
+            seconds = updates * SECONDS_PER_UPDATE + steps * SECONDS_PER_ENV_STEP
+        longest = max(longest, seconds)
+    return STARTUP_MIN + math.ceil(longest / 60)
+
+
+class Watch:
+    """The study's progress bar: cells finished, and each running cell's steps of its budget
+    (:func:`cell_progress`), redrawn every second."""
+
+    def __init__(self, out: Path, cells: Sequence[Cell], since: float, show: bool) -> None:
+        from tqdm import tqdm
+
+        self.out, self.cells, self.since, self.show = out, cells, since, show
+        self.bar = tqdm(total=len(cells), disable=not show, unit="cell", desc="wmzoo study")
+
+    def finished(self) -> None:
+        self.bar.update(1)
+
+    def refresh(self) -> None:
+        if self.show:
+            self.bar.set_postfix_str(cell_progress(self.out, self.cells, self.since))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def cell_progress(out: Path, cells: Sequence[Cell], since: float) -> str:
+    """``label env s<seed> step/total`` of each cell running since ``since`` (its ``cell.json``
+    written since then; ``starting`` before its run's first ``progress.json``, ``evaluating``
+    once trained)."""
+    from wmzoo.train.rundir import PROGRESS
+
+    parts = []
+    for cell in cells:
+        path = out / cell.path
+        try:
+            fresh = (path / CELL_FILE).stat().st_mtime >= since
+        except OSError:
+            continue
+        state = cell_record(path).get("state") if fresh else None
+        if state == "trained":
+            parts.append(f"{cell.label} {cell.env} s{cell.seed} evaluating")
+        elif state == "running":
+            try:
+                progress = json.loads((path / PROGRESS).read_text())
+                status = f"{int(progress['step'])}/{int(progress['total'])}"
+            except (OSError, ValueError, KeyError, TypeError):
+                status = "starting"
+            parts.append(f"{cell.label} {cell.env} s{cell.seed} {status}")
+    return ", ".join(parts)
+
+
+def _run_local(calls: list[tuple[Any, ...]], jobs: int, watch: Watch, processes: Processes) -> list[dict[str, Any]]:
     records = []
-    with _progress(len(calls), show) as bar, ThreadPoolExecutor(max_workers=jobs) as pool:
-        for future in as_completed([pool.submit(run_cell, *call) for call in calls]):
-            records.append(future.result())
-            bar.update(1)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(run_cell, *call, processes) for call in calls}
+        while pending:
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in done:
+                records.append(future.result())
+                watch.finished()
+            watch.refresh()
+    watch.close()
     return records
 
 
-def _run_submitit(calls: list[tuple[Any, ...]], out: Path, jobs: int, show: bool, folder: str | None,
-                  parameters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def _run_submitit(calls: list[tuple[Any, ...]], out: Path, jobs: int, watch: Watch, processes: Processes,
+                  folder: str | None, parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each cell as a submitit job; a job that ends without its record (killed, lost) is failed
+    with the cell's own error line from its log. SIGTERM to the study cancels the jobs, whose
+    cells save their checkpoints (:data:`JOB_SIGNALS`)."""
     try:
         import submitit
     except ImportError:
         raise WmzooError("--executor submitit needs submitit: pip install 'wmzoo[cluster]'") from None
     folder = folder or str(out / "submitit")
-    if parameters and parameters.get("cluster") == "local":
+    parameters = dict(parameters)
+    if parameters.pop("cluster", None) == "local":
         executor: Any = submitit.LocalExecutor(folder=folder)
-        parameters = {k: v for k, v in parameters.items() if k != "cluster"}
+        executor.update_parameters(**parameters)
     else:
         executor = submitit.AutoExecutor(folder=folder)
-        parameters = dict(parameters or {})
-    executor.update_parameters(**{"slurm_array_parallelism": jobs, **parameters}
-                               if isinstance(executor, submitit.AutoExecutor) else parameters)
+        executor.update_parameters(**{"slurm_array_parallelism": jobs, **parameters})
     jobs_ = [executor.submit(run_cell, *call) for call in calls]
-    records = []
-    with _progress(len(jobs_), show) as bar:
-        pending = list(jobs_)
-        while pending:
-            for job in [j for j in pending if j.done()]:
-                pending.remove(job)
-                try:
-                    records.append(job.result())
-                except Exception as exc:  # noqa: BLE001 - the job itself died (cluster, pickling)
-                    cell, _, root, _ = calls[jobs_.index(job)]
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    record = {"cell": cell, "state": "failed", "error": f"submitit job {job.job_id}: {first} "
-                              f"(its logs: {folder})"}
-                    _write_record(Path(root) / cell["path"], record)
-                    records.append(record)
-                bar.update(1)
-            time.sleep(0.5)
+    records, pending, cancelled = [], list(jobs_), False
+    while pending:
+        if processes.stopped and not cancelled:
+            for job in pending:
+                job.cancel(check=False)
+            cancelled = True
+        for job in [j for j in pending if j.done()]:
+            pending.remove(job)
+            try:
+                records.append(job.result())
+            except Exception as exc:  # noqa: BLE001 - the job itself died (time limit, node, pickling)
+                cell, _, root, _ = calls[jobs_.index(job)]
+                path = Path(root) / cell["path"]
+                output = (path / LOG_FILE).read_text(errors="replace") if (path / LOG_FILE).is_file() else ""
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                why = error_line(output) if output.strip() else first
+                record = {**cell_record(path), "cell": cell, "state": "failed",
+                          "error": f"submitit job {job.job_id} ended without a result: {why} (submitit's logs: {folder})"}
+                _write_record(path, record)
+                records.append(record)
+            watch.finished()
+        watch.refresh()
+        time.sleep(0.5)
+    watch.close()
     return records
 
 

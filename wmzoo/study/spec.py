@@ -152,6 +152,22 @@ class StudySpec(Spec):
                 raise ValueError(f"{what}: {', '.join(twice)} listed twice")
         return self
 
+    @model_validator(mode="after")
+    def _fields_the_study_sets(self) -> StudySpec:
+        """A ``set`` field that every cell gets from the study itself is refused, naming it."""
+        decided = {"train.steps": "the budget sets it (budget.steps or budget.updates)",
+                   "seed": "the study's seeds set it", "train.threads": "`wmzoo study run --threads N` sets it"}
+        where = [("set", self.set)] + [(f"backbones[{i}].set", b.set) for i, b in enumerate(self.backbones)]
+        for name, fields in where:
+            for key, why in decided.items():
+                if key in fields:
+                    raise ValueError(f"{name}: {key}: {why}; remove it")
+            size = fields.get("train.image_size")
+            if self.budget.offline and size is not None and size != self.budget.size:
+                raise ValueError(f"{name}: train.image_size {size}: an offline study trains at its datasets' "
+                                 f"size (budget.size {self.budget.size}); remove it, or change budget.size")
+        return self
+
     def labels(self) -> list[str]:
         return [b.label(self.preset) for b in self.backbones]
 
@@ -172,8 +188,11 @@ def study_from_dict(data: Mapping[str, Any], prefix: str = "study: ") -> StudySp
 
 
 def check_names(study: StudySpec, prefix: str = "study: ") -> None:
-    """Unknown backbone, preset, env or ``set`` field: one line naming the study field."""
-    from wmzoo.config import run_spec
+    """Every cell as ``wmzoo run`` would check it, before anything is written: an unknown
+    backbone, preset, env or ``set`` field, an env that cannot be made (a name only its maker
+    knows, a missing package) or an action space the backbone or its policy cannot take is one
+    line naming the study field."""
+    from wmzoo.config import build_on_meta, made_env_info, run_spec
     from wmzoo.registry import default_registry
 
     registry = default_registry()
@@ -187,13 +206,22 @@ def check_names(study: StudySpec, prefix: str = "study: ") -> None:
             registry.env(env)
         except WmzooError as exc:
             raise WmzooError(f"{prefix}envs[{j}]: {exc}") from None
-    for i, choice in enumerate(study.backbones):
-        for env in study.envs:
+    for j, env in enumerate(study.envs):
+        for i, choice in enumerate(study.backbones):
+            cell = f"{prefix}backbones[{i}] ({choice.name}) on {env}"
             try:
-                run_spec(choice.backbone, env, choice.preset(study.preset), None, 0, None,
-                         {**study.set, **choice.set}, imitation=study.budget.imitation)
+                run = run_spec(choice.backbone, env, choice.preset(study.preset), None, 0, None,
+                               {**study.set, **choice.set}, imitation=study.budget.imitation)
             except WmzooError as exc:
-                raise WmzooError(f"{prefix}backbones[{i}] ({choice.name}) on {env}: {exc}") from None
+                raise WmzooError(f"{cell}: {exc}") from None
+            try:  # offline cells train at the datasets' size
+                info = made_env_info(env, study.budget.size if study.budget.offline else run.train.image_size)
+            except WmzooError as exc:
+                raise WmzooError(f"{prefix}envs[{j}]: {exc}") from None
+            try:
+                build_on_meta(run, info)
+            except WmzooError as exc:
+                raise WmzooError(f"{cell}: {exc}") from None
 
 
 EXAMPLE = """\

@@ -20,11 +20,13 @@ class Logger:
     """Averages scalars between writes and sends them, with images and GIFs, to every tracker of
     ``loggers`` (:mod:`wmzoo.train.trackers`; TensorBoard in ``<logdir>/tb`` by default).
     ``config`` (the resolved run spec) is what W&B and MLflow record with the run. Only rank 0 of
-    a data-parallel run has trackers (:mod:`wmzoo.distributed`); another rank's logger drops all."""
+    a data-parallel run has trackers (:mod:`wmzoo.distributed`); another rank's logger drops all.
+    ``resumed_at``: the step of the checkpoint a resumed run continues from (what an interrupted
+    attempt logged after it is dropped where the tracker can, so no step is logged twice)."""
 
     def __init__(self, logdir: Path, loggers: Iterable[str] = ("tensorboard",),
-                 config: Mapping[str, Any] | None = None) -> None:
-        self.trackers = open_trackers(loggers if distributed.is_main() else (), logdir, config or {})
+                 config: Mapping[str, Any] | None = None, resumed_at: int | None = None) -> None:
+        self.trackers = open_trackers(loggers if distributed.is_main() else (), logdir, config or {}, resumed_at)
         self.pending: dict[str, list[float]] = defaultdict(list)
 
     def add(self, metrics: dict[str, float]) -> None:

@@ -55,6 +55,7 @@ from wmzoo.train.nonfinite import NonFiniteGuard, kept_checkpoint, nonfinite_hin
 from wmzoo.train.rundir import (
     CHECKPOINT,
     OFFLINE,
+    ProgressFile,
     announce,
     check_same_data,
     data_env_info,
@@ -118,13 +119,15 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
         seed=seed + progress.updates, sampling=T.sampling,
     )
     collector = Collector(envs, agent, replay, seed=seed + 1000 * progress.episodes)
-    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()))
+    logger = Logger(logdir, run.train.loggers, json.loads(run.model_dump_json()),
+                    resumed_at=progress.env_steps + progress.final if resume else None)
     B, L = agent.world_model.spec.batch_size, agent.world_model.spec.seq_len
     batches = WorldModelBatches(agent, replay)
     schedule = Schedule(T, agent.policy.spec, B * L)
     start, next_log = time.time(), progress.env_steps + T.log_every
     next_ckpt = progress.env_steps + T.checkpoint_every
     bar = tqdm(total=T.steps, initial=progress.env_steps, disable=not show_progress, unit="env step", desc="wmzoo run")
+    shown = ProgressFile(logdir, T.steps, "env steps")
 
     def checkpoint() -> Path:
         replay.flush()
@@ -157,6 +160,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 logger.add({"episode/return": ret, "episode/length": length})
             progress.env_steps += T.envs
             bar.update(T.envs)
+            shown.update(progress.env_steps)
             for _ in range(0 if prefill else schedule.due(progress)):
                 update()
             if progress.env_steps >= next_log:
@@ -180,6 +184,7 @@ def train_online(run: RunSpec, logdir: Path, resume: bool = False, show_progress
                 checkpoint()
     bar.close()
     path = checkpoint()
+    shown.update(progress.env_steps, force=True)
     record_imagination(agent, replay, logdir, logger, progress.env_steps)
     logger.write(progress.env_steps)
     logger.close()
@@ -258,8 +263,10 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
     ``train.checkpoint_every`` (and on Ctrl-C or SIGTERM); then the last checkpoint and the
     imagination GIF of a segment of ``frames``. Returns the checkpoint path."""
     train = agent.run.train
-    logger = Logger(logdir, train.loggers, json.loads(agent.run.model_dump_json()))
+    logger = Logger(logdir, train.loggers, json.loads(agent.run.model_dump_json()),
+                    resumed_at=progress.updates if progress.updates else None)
     guard = nonfinite_guard(agent, logdir)
+    shown = ProgressFile(logdir, updates, "updates")
 
     def checkpoint() -> Path:
         return save_run(logdir, agent, asdict(progress))
@@ -269,6 +276,7 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
                       disable=not show_progress, desc=desc, unit="update"):
             metrics = update()
             progress.updates += 1  # counts finished updates, as the checkpoint's weights
+            shown.update(progress.updates)
             log_update(guard, logger, progress, metrics, progress.updates)
             if progress.updates % train.log_every == 0:
                 logger.write(progress.updates)
@@ -276,6 +284,7 @@ def update_loop(agent: Agent, logdir: Path, progress: Progress, updates: int, up
                 checkpoint()
     logger.write(progress.updates)
     path = checkpoint()
+    shown.update(progress.updates, force=True)
     record_imagination(agent, frames, logdir, logger, progress.updates)
     logger.close()
     return path

@@ -7,6 +7,7 @@
     <logdir>/replay-rank<r>/          rank r's replay in a data-parallel run (r ≥ 1)
     <logdir>/offline.json             an offline run's dataset (``--resume`` trains on it again)
     <logdir>/tb/                      TensorBoard scalars and images (wmzoo.train.logger)
+    <logdir>/progress.json            the run's step and its budget, for another process to show
 
 In a data-parallel run (:mod:`wmzoo.distributed`) rank 0 alone writes the run's files; every rank
 writes its own replay.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -47,6 +49,22 @@ from wmzoo.train.nonfinite import kept_checkpoint, nonfinite_hint, nonfinite_ten
 CHECKPOINT = "checkpoint.safetensors"
 GIF = "imagination.gif"
 OFFLINE = "offline.json"
+PROGRESS = "progress.json"
+
+
+class ProgressFile:
+    """``<logdir>/progress.json``, ``{"step", "total", "unit"}``: how far the run is, for another
+    process to show (``wmzoo study run``); rewritten at most every ``every`` seconds, and at the
+    end. Rank 0 alone writes it."""
+
+    def __init__(self, logdir: Path, total: int, unit: str, every: float = 1.0) -> None:
+        self.path, self.total, self.unit, self.every, self.last = logdir / PROGRESS, total, unit, every, 0.0
+
+    def update(self, step: int, force: bool = False) -> None:
+        now = time.time()
+        if distributed.is_main() and (force or now - self.last >= self.every):
+            write_text_atomic(self.path, json.dumps({"step": step, "total": self.total, "unit": self.unit}))
+            self.last = now
 
 
 def replay_dir(logdir: Path) -> Path:

@@ -16,7 +16,9 @@ scalars at a step, the real-vs-imagined image strip, and the run's ``imagination
   ``model`` beside ``model/loss`` cannot be a file and a folder at once.
 
 W&B and MLflow come with ``pip install "wmzoo[trackers]"``. A run records their run ids in
-``<logdir>/trackers.json``, so ``--resume`` continues the same tracker runs.
+``<logdir>/trackers.json``, so ``--resume`` continues the same tracker runs. On ``--resume``
+TensorBoard drops what the interrupted attempt logged after the checkpoint's step
+(``purge_step``); W&B and MLflow keep it (neither can remove logged points).
 """
 
 from __future__ import annotations
@@ -63,10 +65,11 @@ class Tracker(ABC):
 
 
 class TensorBoardTracker(Tracker):
-    def __init__(self, logdir: Path, config: Mapping[str, Any], run_id: str) -> None:
+    def __init__(self, logdir: Path, config: Mapping[str, Any], run_id: str, resumed_at: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(logdir / "tb"))
+        # purge_step: TensorBoard hides the events an interrupted attempt wrote past the checkpoint
+        self.writer = SummaryWriter(str(logdir / "tb"), purge_step=None if resumed_at is None else resumed_at + 1)
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
         for key, value in values.items():
@@ -93,7 +96,7 @@ class TensorBoardTracker(Tracker):
 
 
 class WandbTracker(Tracker):
-    def __init__(self, logdir: Path, config: Mapping[str, Any], run_id: str) -> None:
+    def __init__(self, logdir: Path, config: Mapping[str, Any], run_id: str, resumed_at: int | None = None) -> None:
         import wandb
 
         self.wandb = wandb
@@ -124,7 +127,7 @@ class WandbTracker(Tracker):
 
 
 class MlflowTracker(Tracker):
-    def __init__(self, logdir: Path, config: Mapping[str, Any], run_id: str) -> None:
+    def __init__(self, logdir: Path, config: Mapping[str, Any], run_id: str, resumed_at: int | None = None) -> None:
         import mlflow
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
@@ -191,8 +194,10 @@ def check_trackers(names: Iterable[str]) -> None:
             )
 
 
-def open_trackers(names: Iterable[str], logdir: Path, config: Mapping[str, Any]) -> list[Tracker]:
-    """The trackers ``names``, continuing the runs recorded in ``<logdir>/trackers.json``."""
+def open_trackers(names: Iterable[str], logdir: Path, config: Mapping[str, Any],
+                  resumed_at: int | None = None) -> list[Tracker]:
+    """The trackers ``names``, continuing the runs recorded in ``<logdir>/trackers.json`` (from
+    the checkpoint's step ``resumed_at``: see :class:`~wmzoo.train.logger.Logger`)."""
     names = list(names)
     check_trackers(names)
     path = logdir / IDS
@@ -200,7 +205,7 @@ def open_trackers(names: Iterable[str], logdir: Path, config: Mapping[str, Any])
     trackers: list[Tracker] = []
     try:
         for name in names:
-            trackers.append(TRACKERS[name][1](logdir, config, ids.get(name, "")))
+            trackers.append(TRACKERS[name][1](logdir, config, ids.get(name, ""), resumed_at))
     except BaseException:
         for tracker in trackers:
             tracker.close()
