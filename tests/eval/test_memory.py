@@ -18,7 +18,7 @@ from wmzoo.errors import WmzooError
 from wmzoo.eval.memory import (
     ATTEMPT_KEY,
     _batch,
-    _reward_baselines,
+    rate_baselines,
     attempts,
     batches,
     context_rows,
@@ -157,10 +157,10 @@ def test_reward_accuracy_keeps_per_episode_counts_and_the_base_rate():
     assert out["per_episode"]["scored"] == [3, 1]
     assert out["per_episode"]["inference_accuracy"] == [1, 1] and out["per_episode"]["imagination_accuracy"] == [0, 1]
     assert out["baselines"] == {"majority_class_accuracy": 0.75, "chance_auc": 0.5, "positives": 3, "negatives": 1}
-    assert _reward_baselines(np.array([False, True, False, False]))["majority_class_accuracy"] == 0.75
+    assert rate_baselines(np.array([False, True, False, False]))["majority_class_accuracy"] == 0.75
 
 
-def test_reward_baselines_without_a_model_are_those_of_the_protocol(tmp_path):
+def testrate_baselines_without_a_model_are_those_of_the_protocol(tmp_path):
     # Catches: the model-free baselines scoring other transitions than reward_accuracy does
     plugin = FakeEnvs()
     default_registry().register(plugin)

@@ -301,7 +301,7 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
     positive = np.concatenate(labels)
     aucs = {key: reward_auc(np.concatenate(values), positive) for key, values in scores.items()}
     return {**{key: float(value.mean()) for key, value in results.items()}, **aucs,
-            "baselines": _reward_baselines(positive),
+            "baselines": rate_baselines(positive),
             "scored_transitions": int(results["inference_accuracy"].size), "episodes": n,
             "per_episode": {key: np.concatenate(v).astype(int).tolist() for key, v in per_episode.items()}}
 
@@ -313,7 +313,7 @@ def _scored(batch: Batch, extras: dict[str, np.ndarray], context: int, scored: s
     return batch.reward.numpy()[:, context - 1 : -1], _marks(batch, extras, scored)[:, context - 1 : -1]
 
 
-def _reward_baselines(positive: np.ndarray) -> dict[str, float]:
+def rate_baselines(positive: np.ndarray) -> dict[str, float]:
     """The reward protocols' baselines on the scored transitions: always predicting the majority
     class, and a score that ranks by chance; with the class counts (for intervals)."""
     rate = float(positive.mean())
@@ -331,7 +331,7 @@ def reward_baselines(data: str | Path, scored: str | None, split: str = "test", 
         target, mask = _scored(batch, extras, context, scored)
         labels.append(target[mask] > 0.5)
         n += batch.shape[0]
-    return {**_reward_baselines(np.concatenate(labels)), "episodes": n}
+    return {**rate_baselines(np.concatenate(labels)), "episodes": n}
 
 
 def reward_auc(score: np.ndarray, positive: np.ndarray) -> float | None:
