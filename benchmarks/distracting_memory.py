@@ -66,6 +66,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+    from wmzoo.eval.verdicts import Verdict
+
 ENV = "distracting-memory-100"
 EPISODE_ROWS = 250  # 199 context + 51 query observations
 FRAMES_PER_UPDATE = 500  # rows every update trains on, for every backbone
@@ -317,7 +319,7 @@ def relabel(source: Path, target: Path) -> Path:
         for index, data in indexed_episodes(source, split):
             ending = len(data["reward"]) - 2  # the last transition leaves the second-to-last row
             data["reward"] = np.zeros_like(data["reward"])
-            data["reward"][ending] = float(data["action"][ending] == UP)
+            data["reward"][ending] = control_reward(data)
             files[index] = write_episode_file(target, manifest.args, index, data)
         write_env_info(target / split, manifest.env_info)
     control = Manifest(manifest.args, manifest.policy, manifest.env_info, manifest.context_length,
@@ -325,6 +327,11 @@ def relabel(source: Path, target: Path) -> Path:
                                                       "reward": "the ending transition's: 1 when its move is up"})
     control.write(target)
     return target
+
+
+def control_reward(episode: dict[str, np.ndarray]) -> float:
+    """The memoryless control's reward of an episode's ending transition: 1 when its move is up."""
+    return float(episode["action"][len(episode["reward"]) - 2] == UP)
 
 
 def _pct(value: float | None) -> str:
@@ -350,6 +357,77 @@ def gate_table(gates: dict[str, dict]) -> list[str]:
             f"| {_auc(g.get('inference_auc'))} / {_auc(g.get('imagination_auc'))} |"
         )
     return lines
+
+
+def one_seed_note(episodes: int) -> str:
+    """What every interval of these reports rests on."""
+    return (f"**One training seed per backbone (seed 0).** Every interval below is over the {episodes} test "
+            "episodes of that one trained model (95 %; the episode is the unit): it bounds *these trained models* on "
+            "this split and says nothing about training-seed variance, so no verdict here is about a backbone in "
+            "general. A verdict is printed only where the interval clears the baseline (wmzoo.eval.verdicts).")
+
+
+def readout_verdicts(r: dict, base: dict, episodes: int) -> dict[str, Verdict]:
+    """The reward protocols' readouts against their baselines on the same episodes: each accuracy
+    against the majority class's (95 % Wilson over ``episodes``: where an episode scores several
+    transitions, treating it as one trial bounds their within-episode correlation), each AUC
+    against 0.5 (Hanley-McNeil, counting at most ``episodes`` positives and negatives for the same reason)."""
+    from wmzoo.eval.verdicts import auc_interval, interval_verdict, wilson_interval
+
+    out = {}
+    for name in ("inference", "imagination"):
+        rate = r[f"{name}_accuracy"]
+        out[f"{name}_accuracy"] = interval_verdict(*wilson_interval(rate * episodes, episodes),
+                                                   base["majority_class_accuracy"], False,
+                                                   f"95 % Wilson over {episodes} episodes", episodes)
+        auc = r.get(f"{name}_auc")
+        if auc is not None:
+            counts = (min(base["positives"], episodes), min(base["negatives"], episodes))
+            out[f"{name}_auc"] = interval_verdict(*auc_interval(auc, *counts), 0.5, False,
+                                                  f"95 % Hanley-McNeil, {counts[0]} + {counts[1]} counted", episodes)
+    if r.get("cue_probe_accuracy") is not None:
+        out["cue_probe_accuracy"] = interval_verdict(
+            *wilson_interval(r["cue_probe_accuracy"] * r["test_episodes"], r["test_episodes"]), r["majority_share"],
+            False, f"95 % Wilson over {r['test_episodes']} episodes", r["test_episodes"])
+    return out
+
+
+def _cell(v: Verdict, percent: bool) -> str:
+    scale, unit = (100, " %") if percent else (1, "")
+    text = f"**{v.text}**" if v.holds else v.text
+    return f"{scale * v.estimate:.{1 if percent else 3}f}{unit} [{scale * v.low:.{1 if percent else 3}f}, {scale * v.high:.{1 if percent else 3}f}]: {text}"
+
+
+def verdict_table(results: dict[str, dict], base: dict, episodes: int, labels: dict[str, str]) -> list[str]:
+    """Baselines as rows, then each backbone's readouts with their intervals and verdicts."""
+    probe = any(r.get("cue_probe_accuracy") is not None for r in results.values())
+    head = ["row", "inference acc.", "imagination acc.", "inference AUC", "imagination AUC"] + (
+        ["cue probe after the context"] if probe else [])
+    majority = f"{100 * base['majority_class_accuracy']:.1f} %"
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+             f"| baseline: majority class ({base['positives']} rewarded of {base['positives'] + base['negatives']} scored) "
+             f"| {majority} | {majority} | 0.500 (chance) | 0.500 (chance) |" + (" majority colour |" if probe else "")]
+    for backbone, r in results.items():
+        v = readout_verdicts(r, base, episodes)
+        cells = [_cell(v["inference_accuracy"], True), _cell(v["imagination_accuracy"], True),
+                 *[_cell(v[k], False) if k in v else "–" for k in ("inference_auc", "imagination_auc")]]
+        if probe:
+            cells.append(f"{_cell(v['cue_probe_accuracy'], True)} (majority {_pct(r['majority_share'])})"
+                         if "cue_probe_accuracy" in v else "–")
+        lines.append(f"| {labels[backbone]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def image_baseline_table(readings: dict[str, dict], found: dict, episodes: int, labels: dict[str, str]) -> list[str]:
+    """Recon. and Gen. MSE beside the imagination protocol's constant predictors on the same episodes;
+    no verdict: the per-episode errors were not kept, so the models' rows have no interval."""
+    lines = ["| row | Recon. MSE | Gen. MSE |", "|---|---|---|"]
+    lines += [f"| baseline: {name.replace('_', ' ')} | {b['recon_mse']:.2f} | {b['gen_mse']:.2f} |"
+              for name, b in found["baselines"].items()]
+    lines += [f"| {labels[b]} | {r['recon_mse']:.2f} | {r['gen_mse']:.2f} |" for b, r in readings.items()]
+    return lines + ["", f"Test split, the same {episodes} episodes for every row. No interval and no verdict: the "
+                    "per-episode errors were not kept (the numbers are means), so whether a model's Gen. MSE is below "
+                    "the constants' beyond episode noise cannot be computed from these files."]
 
 
 def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> list[str]:
@@ -420,25 +498,54 @@ def stopped(gates: dict[str, dict], control: dict[str, dict], gate_frames: int, 
     print("\n".join(lines))
 
 
+def baselines(data: Path, control: bool) -> dict:
+    """The baselines of the report on the test split of ``data`` (no model): the reward's base rate,
+    the control's (its relabelled ending) when ``control``, and the imagination protocol's constant
+    predictors on the gate's :data:`GATE_EPISODES` episodes."""
+    from wmzoo.eval.memory import imagination_baselines, rate_baselines, reward_baselines
+
+    found = {"reward": reward_baselines(data, None), "images": imagination_baselines(data, "test", GATE_EPISODES)}
+    if control:
+        endings = np.array([control_reward(e) for _, e in indexed_episodes(data, "test")]) > 0.5
+        found["control"] = {**rate_baselines(endings), "episodes": len(endings)}
+    return found
+
+
 def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, dict] | None = None,
-           control: dict[str, dict] | None = None, gate_frames: int = GATE_FRAMES) -> None:
+           control: dict[str, dict] | None = None, gate_frames: int = GATE_FRAMES, base: dict | None = None) -> None:
+    """``distracting_memory_100.md`` (the tables, and with ``base``, :func:`baselines`, the
+    baselines and verdicts) and its figures."""
+    labels = {b: BACKBONES[b][0] for b in BACKBONES}
     lines = reward_table(results, frames)
+    if base:
+        episodes = base["reward"]["episodes"]
+        lines = [one_seed_note(episodes), "", *lines, "", "Baselines and verdicts (test split, the same "
+                 f"{episodes} episodes, one scored ending each):", "", *verdict_table(results, base["reward"], episodes, labels),
+                 "", "Per-episode predictions were not kept by these runs, so paired comparisons between the backbones "
+                 "on the same episodes cannot be computed from these files (the evaluation keeps them now: "
+                 "`per_episode` in reward.json)."]
     if gates:
         lines += ["", f"The gate, at {gate_frames:,} training frames (test split; imagination protocol on "
                   f"{GATE_EPISODES} episodes):", "", *gate_table(gates)]
+        if base:
+            lines += ["", *image_baseline_table(gates, base["images"], GATE_EPISODES, labels)]
     if control:
         lines += ["", f"The memoryless control (the ending's reward relabelled to the last move: 1 when it is up), "
                   f"{gate_frames:,} training frames:", "", *reward_table(control, gate_frames, paper=False)]
+        if base and "control" in base:
+            lines += ["", *verdict_table(control, base["control"], base["control"]["episodes"], labels)]
     (out / "distracting_memory_100.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
     from wmzoo.eval.plots import interval_plot
+    from wmzoo.eval.verdicts import wilson_interval
 
     rows = []
     for backbone, r in results.items():
         label = BACKBONES[backbone][0]
         for k, name in enumerate(("inference", "imagination")):
-            rows.append((f"{label} {name}", *wilson(r[f"{name}_accuracy"], r["scored_transitions"])))
+            rate, low, high = wilson_interval(r[f"{name}_accuracy"] * r["episodes"], r["episodes"])
+            rows.append((f"{label} {name}", 100 * rate, 100 * low, 100 * high))
             rows.append((f"{label} {name}, paper", PAPER[label][k], PAPER[label][k], PAPER[label][k]))
     interval_plot(out / "distracting_memory_100.png", rows, "reward prediction accuracy (%), 95 % Wilson interval")
     cue_curves = {BACKBONES[b][0]: r["cue_probe_curve"] for b, r in results.items() if r.get("cue_probe_curve")}
@@ -451,11 +558,40 @@ def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, di
                     "cue probe accuracy (%)", "Distracting Memory 100: the cue's colour read from the state")
 
 
-def wilson(accuracy: float, n: int, z: float = 1.96) -> tuple[float, float, float]:
-    """``(accuracy, low, high)`` in %: the Wilson score interval of an accuracy over ``n`` scored transitions."""
-    centre = (accuracy + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(accuracy * (1 - accuracy) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return 100 * accuracy, 100 * (centre - half), 100 * (centre + half)
+def split(episodes: int) -> str:
+    """``--split`` of the generated dataset: 200 validation and 200 test episodes."""
+    share = 200 / episodes
+    return f"{1 - 2 * share:.4f},{share:.4f},{share:.4f}"
+
+
+def regenerate_test_split(env: str, data: Path, episodes: int) -> None:
+    """The test split of the dataset :func:`main` generates, alone (the same files; deterministic)."""
+    from wmzoo.data.generate import generate
+
+    generate(env, episodes, data, size=40, seed=0, split=[float(x) for x in split(episodes).split(",")],
+             only="test", log=lambda _: None)
+
+
+def rebuild(out: Path, data: Path, episodes: int) -> None:
+    """Rewrite ``distracting_memory_100.md`` from the kept ``*.json`` of ``out`` with the baselines
+    of the regenerated test split and the verdicts; the frames are read from the runs' ``run.yaml``."""
+    regenerate_test_split(ENV, data, episodes)
+    results = json.loads((out / "distracting_memory_100.json").read_text())
+    gates = json.loads((out / "distracting_memory_100_gate.json").read_text())
+    control_file = out / "distracting_memory_100_control.json"
+    control = json.loads(control_file.read_text()) if control_file.is_file() else {}
+    gate_frames = FRAMES_PER_UPDATE * next(iter(gates.values()))["updates"]
+    report(results, kept_frames(out, "distracting_memory_100"), out, gates, control, gate_frames, baselines(data, bool(control)))
+
+
+def kept_frames(out: Path, name: str) -> int:
+    """The training frames of the kept runs: their ``run.yaml``'s updates times :data:`FRAMES_PER_UPDATE`."""
+    import yaml
+
+    updates = {yaml.safe_load((out / f"{name}_{b}.run.yaml").read_text())["train"]["steps"] for b in BACKBONES}
+    if len(updates) != 1:
+        fail(f"the kept runs of {name} trained different numbers of updates: {sorted(updates)}")
+    return FRAMES_PER_UPDATE * updates.pop()
 
 
 def main() -> None:
@@ -468,6 +604,8 @@ def main() -> None:
     parser.add_argument("--control", action="store_true", help="also train the memoryless control (to the gate)")
     parser.add_argument("--warmup", type=int, default=WARMUP, help="learning-rate warm-up (updates), every backbone")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--rebuild", action="store_true", help="rewrite the report from the kept JSON files in --out "
+                        "with baselines and verdicts (the test split regenerated into --workdir; nothing trained)")
     args = parser.parse_args()
     for backbone in BACKBONES:  # refuse a budget inside the warm-up before any work
         budget(backbone, args.frames, args.warmup)
@@ -476,10 +614,12 @@ def main() -> None:
     if args.gate_frames > args.frames:
         fail(f"--gate-frames {args.gate_frames} is beyond --frames {args.frames}")
     data = args.workdir / "data"
+    if args.rebuild:
+        rebuild(args.out, data, args.episodes)
+        return
     if not (data / "manifest.json").is_file():
-        share = 200 / args.episodes
         wmzoo("data", "generate", "--env", ENV, "--episodes", str(args.episodes), "--out", str(data),
-              "--size", "40", "--seed", "0", "--split", f"{1 - 2 * share:.4f},{share:.4f},{share:.4f}")
+              "--size", "40", "--seed", "0", "--split", split(args.episodes))
     args.out.mkdir(parents=True, exist_ok=True)
     gates: dict[str, dict] = {}
     if args.gate_frames:
@@ -512,7 +652,7 @@ def main() -> None:
                              "cue_seen_probe_accuracy": probes[0]["cue_probe_accuracy"],
                              "cue_probe_curve": [(r, p["cue_probe_accuracy"]) for r, p in zip(rows, probes, strict=True)]}
     (args.out / "distracting_memory_100.json").write_text(json.dumps(results, indent=1) + "\n")
-    report(results, args.frames, args.out, gates, control, args.gate_frames)
+    report(results, args.frames, args.out, gates, control, args.gate_frames, baselines(data, bool(control)))
     curves(args.workdir, args.out)
     keep_specs(args.workdir, args.out)
 

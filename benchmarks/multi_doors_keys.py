@@ -65,14 +65,38 @@ def table(results: dict[str, dict], frames: int) -> list[str]:
     return lines
 
 
-def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, dict], gate_frames: int) -> None:
-    """``NAME.md`` (the table and the gate's) and the Gen. MSE by imagination step, one line per backbone."""
+def baselines(data: Path) -> dict:
+    """The report's baselines on the test split of ``data`` (no model): the unlock outcome's base
+    rate over the attempts and the imagination protocol's constant predictors, on every test
+    episode (the final table) and on the gate's :data:`~distracting_memory.GATE_EPISODES`."""
+    from wmzoo.eval.memory import ATTEMPT_KEY, imagination_baselines, reward_baselines
+
+    return {"reward": reward_baselines(data, ATTEMPT_KEY), "images": imagination_baselines(data, "test"),
+            "gate_images": imagination_baselines(data, "test", dm.GATE_EPISODES)}
+
+
+def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, dict], gate_frames: int,
+           base: dict | None = None) -> None:
+    """``NAME.md`` (the table, with ``base`` (:func:`baselines`) the baselines and verdicts, and the
+    gate's) and the Gen. MSE by imagination step, one line per backbone."""
     from wmzoo.eval.plots import curves_plot
 
+    labels = {b: dm.BACKBONES[b][0] for b in dm.BACKBONES}
     lines = table(results, frames)
+    if base:
+        episodes, r = base["reward"]["episodes"], base["reward"]
+        scored = r["positives"] + r["negatives"]
+        lines = [dm.one_seed_note(episodes), "", *lines, "",
+                 f"Unlock outcome: baselines and verdicts (test split, {episodes} episodes, {scored} attempts, "
+                 f"{r['positives']} of them succeed by construction). The attempts of one episode are not independent: "
+                 f"the unit is the episode (n = {episodes}, not {scored}).", "",
+                 *dm.verdict_table(results, r, episodes, labels), "",
+                 *dm.image_baseline_table(results, base["images"], episodes, labels)]
     if gates:
         lines += ["", f"The gate, at {gate_frames:,} training frames (test split; imagination protocol on "
                   f"{dm.GATE_EPISODES} episodes):", "", *dm.gate_table(gates)]
+        if base:
+            lines += ["", *dm.image_baseline_table(gates, base["gate_images"], dm.GATE_EPISODES, labels)]
     (out / f"{NAME}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     series = {}
@@ -92,6 +116,8 @@ def main() -> None:
     parser.add_argument("--past-gate", action="store_true", help="train on to --frames even when a run fails the gate")
     parser.add_argument("--warmup", type=int, default=dm.WARMUP, help="learning-rate warm-up (updates), every backbone")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--rebuild", action="store_true", help="rewrite the report from the kept JSON files in --out "
+                        "with baselines and verdicts (the test split regenerated into --workdir; nothing trained)")
     args = parser.parse_args()
     gate_frames = min(args.gate_frames, args.frames)
     for backbone in dm.BACKBONES:  # refuse a budget inside the warm-up before any work
@@ -99,10 +125,15 @@ def main() -> None:
         if gate_frames:
             dm.budget(backbone, gate_frames, args.warmup)
     data = args.workdir / "data"
+    if args.rebuild:  # the kept JSON files, the regenerated test split: nothing trained
+        dm.regenerate_test_split(ENV, data, args.episodes)
+        gates = json.loads((args.out / f"{NAME}_gate.json").read_text())
+        report(json.loads((args.out / f"{NAME}.json").read_text()), dm.kept_frames(args.out, NAME), args.out, gates,
+               dm.FRAMES_PER_UPDATE * next(iter(gates.values()))["updates"], baselines(data))
+        return
     if not (data / "manifest.json").is_file():
-        share = 200 / args.episodes
         dm.wmzoo("data", "generate", "--env", ENV, "--episodes", str(args.episodes), "--out", str(data),
-                 "--size", "40", "--seed", "0", "--split", f"{1 - 2 * share:.4f},{share:.4f},{share:.4f}")
+                 "--size", "40", "--seed", "0", "--split", dm.split(args.episodes))
     args.out.mkdir(parents=True, exist_ok=True)
     gates: dict[str, dict] = {}
     if gate_frames:
@@ -121,7 +152,7 @@ def main() -> None:
         checkpoint = dm.train(args.workdir, data, backbone, args.frames, args.warmup)
         results[backbone] = {**dm.evaluate(checkpoint, data, "imagination"), **dm.evaluate(checkpoint, data, "reasoning")}
     (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")
-    report(results, args.frames, args.out, gates, gate_frames)
+    report(results, args.frames, args.out, gates, gate_frames, baselines(data))
     dm.curves(args.workdir, args.out, NAME, "Multi Doors Keys 3")
     dm.keep_specs(args.workdir, args.out, NAME)
 

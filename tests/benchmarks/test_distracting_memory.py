@@ -171,3 +171,16 @@ def test_the_cue_probe_curve_runs_from_the_cue_seen_to_the_end_of_the_context(be
     """Catches: a probe curve that misses either end (the seen probe or the whole context)."""
     assert bench.probe_rows(199) == [51, 76, 100, 125, 150, 174, 199]
     assert bench.probe_rows(399, points=2) == [101, 399]
+
+
+def test_the_verdicts_compare_each_readout_with_its_baseline_over_episodes(bench):
+    """Catches: an accuracy at the base rate printed as a result (the first report's 53 % against a
+    53 % majority class), attempts counted as independent instead of episodes."""
+    base = {"majority_class_accuracy": 2 / 3, "positives": 600, "negatives": 1200}
+    at_base = {"inference_accuracy": 0.688, "imagination_accuracy": 0.66, "inference_auc": 0.654, "imagination_auc": 0.5}
+    v = bench.readout_verdicts(at_base, base, 200)
+    assert not v["inference_accuracy"].holds and not v["imagination_auc"].holds and v["inference_auc"].holds
+    seventy = {**at_base, "inference_accuracy": 0.70}  # over 1,800 attempts [67.8, 72.1] would clear 66.7
+    assert not bench.readout_verdicts(seventy, base, 200)["inference_accuracy"].holds
+    lines = bench.verdict_table({"rssm": at_base}, base, 200, {"rssm": "RSSM-TBTT"})
+    assert "66.7 %" in lines[2] and "68.8 % [62.1, 74.8]: not above baseline" in lines[3]

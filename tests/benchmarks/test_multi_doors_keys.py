@@ -34,7 +34,7 @@ def fake_run(mdk, monkeypatch, tmp_path, gate_passes: bool) -> list[tuple]:
 
     def gate(checkpoint, data, updates, protocol="reward"):
         calls.append(("gate", checkpoint.parent.name, updates, protocol))
-        return {"updates": 1000, "recon_mse": 4.0, "mean_frame_mse": 30.0, "latent_perplexity": 3.0,
+        return {"updates": 1000, "recon_mse": 4.0, "gen_mse": 5.0, "mean_frame_mse": 30.0, "latent_perplexity": 3.0,
                 "latent_classes": 16, "kl_rate": 3.0, "sees": True, "uses_latent": gate_passes}
 
     def evaluate(checkpoint, data, protocol="reward", out=None, episodes=None):
@@ -48,6 +48,9 @@ def fake_run(mdk, monkeypatch, tmp_path, gate_passes: bool) -> list[tuple]:
     monkeypatch.setattr(mdk.dm, "gate", gate)
     monkeypatch.setattr(mdk.dm, "evaluate", evaluate)
     monkeypatch.setattr(mdk.dm, "curves", lambda *a, **k: [])
+    images = {"baselines": {"best_constant": {"recon_mse": 30.0, "gen_mse": 40.0}}}
+    monkeypatch.setattr(mdk, "baselines", lambda data: {"images": images, "gate_images": images, "reward": {
+        "majority_class_accuracy": 2 / 3, "chance_auc": 0.5, "positives": 400, "negatives": 800, "episodes": 200}})
     monkeypatch.setattr(sys, "argv", ["multi_doors_keys.py", "--workdir", str(tmp_path), "--frames", "1000000",
                                       "--out", str(tmp_path / "out")])
     return calls
@@ -65,6 +68,9 @@ def test_the_gate_and_the_readouts_score_unlock_attempts_not_episode_endings(mdk
     report = (tmp_path / "out" / "multi_doors_keys_3.md").read_text()
     assert "| S4WM | 1,000,000 | 2000 × 2 × 250 | 1.00 | 2.50 | 30.00 | 90.0 % (0.950) / 60.0 % (0.700) | 1200 | 0.01 / 0.04 |" in report
     assert "| RSSM-TBTT |" in report and "5.16" in report
+    assert "| baseline: majority class (400 rewarded of 1200 scored) | 66.7 % |" in report
+    assert "| S4WM | 90.0 % [85.1, 93.4]: **beats baseline** | 60.0 % [53.1, 66.5]: not above baseline" in report
+    assert "| baseline: best constant | 30.00 | 40.00 |" in report and "One training seed" in report
     assert (tmp_path / "out" / "multi_doors_keys_3_gen_mse.png").stat().st_size > 0
     saved = json.loads((tmp_path / "out" / "multi_doors_keys_3.json").read_text())
     assert saved["tssm-xl"]["gen_mse_per_step"] == [1.0, 2.0, 4.5]

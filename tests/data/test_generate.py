@@ -87,6 +87,17 @@ def test_generation_is_deterministic_per_seed(tmp_path):
     assert all(np.array_equal(a[k], d[k]) for k in a)
 
 
+def test_one_split_alone_is_the_same_files_and_a_full_run_completes_it(tmp_path):
+    # Catches: ``only`` ignored (every episode written) or the wrong split's indices kept
+    generate("fake-memory", 10, tmp_path / "full", size=16, seed=3, log=quiet)
+    generate("fake-memory", 10, tmp_path / "part", size=16, seed=3, log=quiet, only="test")
+    part = Manifest.read(tmp_path / "part")
+    assert [e.split for e in part.files.values()] == ["test"] and not part.complete
+    assert part.files[9].sha256 == Manifest.read(tmp_path / "full").files[9].sha256
+    generate("fake-memory", 10, tmp_path / "part", size=16, seed=3, log=quiet)
+    assert checksums(tmp_path / "part") == checksums(tmp_path / "full")
+
+
 @pytest.mark.parametrize("start", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_workers_give_the_same_files_and_random_policy_is_announced(tmp_path, monkeypatch, start):
     monkeypatch.setattr(gen, "_START_METHOD", start)

@@ -12,18 +12,22 @@ from hypothesis.extra.numpy import arrays
 from memory_fakes import FakeEnvs, KnownModel
 
 from wmzoo.cli import main
-from wmzoo.data.dataset import Manifest
+from wmzoo.data.dataset import Manifest, iter_episodes
 from wmzoo.data.generate import generate
 from wmzoo.errors import WmzooError
 from wmzoo.eval.memory import (
+    ATTEMPT_KEY,
     _batch,
+    rate_baselines,
     attempts,
+    batches,
     context_rows,
     long_enough,
     image_error,
     imagination_metrics,
     recall_metrics,
     reward_accuracy,
+    reward_baselines,
     summary,
     teleport_row,
 )
@@ -137,6 +141,37 @@ def test_reward_accuracy_inference_versus_imagination():
     # without the env's flags the attempts are the transitions taking the rewarded action (2)
     assert reward_accuracy(wm, iter([(batch, {}, 2)]), "info_unlock_attempt") == out
 
+
+
+def test_reward_accuracy_keeps_per_episode_counts_and_the_base_rate():
+    # Catches: per-episode counts summed over every transition instead of the scored ones, or not
+    # per episode (the unit of the intervals); the base rate not the majority class's share
+    actions, rewards = [0, 2, 2, 0, 2, 0], [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    attempts = np.zeros(6, bool)
+    attempts[[2, 3, 5]] = True
+    other = np.zeros(6, bool)
+    other[[4]] = True  # one attempt, transition 3 (not rewarded)
+    batch, extras = _batch([episode(6, actions, rewards, info_unlock_attempt=attempts),
+                            episode(6, actions, rewards, info_unlock_attempt=other)])
+    out = reward_accuracy(KnownModel(ENV, sees=4), iter([(batch, extras, 2)]), "info_unlock_attempt")
+    assert out["per_episode"]["scored"] == [3, 1]
+    assert out["per_episode"]["inference_accuracy"] == [1, 1] and out["per_episode"]["imagination_accuracy"] == [0, 1]
+    assert out["baselines"] == {"majority_class_accuracy": 0.75, "chance_auc": 0.5, "positives": 3, "negatives": 1}
+    assert rate_baselines(np.array([False, True, False, False]))["majority_class_accuracy"] == 0.75
+
+
+def testrate_baselines_without_a_model_are_those_of_the_protocol(tmp_path):
+    # Catches: the model-free baselines scoring other transitions than reward_accuracy does
+    plugin = FakeEnvs()
+    default_registry().register(plugin)
+    try:
+        generate("fake-memory", 10, tmp_path, size=16, log=lambda *_: None)
+    finally:
+        default_registry().unregister(plugin)
+    manifest = Manifest.read(tmp_path)
+    out = reward_accuracy(KnownModel(ENV), batches(iter_episodes(tmp_path, "train"), manifest), ATTEMPT_KEY)
+    found = reward_baselines(tmp_path, ATTEMPT_KEY, "train")
+    assert found == {**out["baselines"], "episodes": 8}
 
 class WideTrainingForm(KnownModel):
     """Filtered in its training form it knows the rewards from the start (as a backbone whose

@@ -10,13 +10,18 @@ import pytest
 from wmzoo.cli import main
 from wmzoo.errors import WmzooError
 from wmzoo.eval.verdicts import (
+    auc_interval,
     beats_baseline,
+    interval_verdict,
     normalise,
     permutation_test,
     pool_envs,
     separated,
     seeds_warning,
     smallest_p,
+    welch_from_moments,
+    welch_interval,
+    wilson_interval,
 )
 
 BASE = np.array([10.0, 10.4, 9.7, 10.2, 9.9])
@@ -96,3 +101,48 @@ def test_envs_of_different_scale_are_pooled_normalised_and_raw_pooling_is_refuse
         files.append(str(path))
     assert main(["aggregate", *files, "--reps", "10"]) == 2
     assert "refusing to pool raw scores" in capsys.readouterr().err
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    # Catches: the z**2 / (4 n**2) term or the 1 + z**2 / n denominator dropped (towards the Wald
+    # interval, which is [0, 0] at 0 successes)
+    assert wilson_interval(5, 10) == pytest.approx((0.5, 0.2366, 0.7634), abs=1e-4)
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(10, 10) == pytest.approx((1.0, 0.7225, 1.0), abs=1e-4)
+    with pytest.raises(WmzooError):
+        wilson_interval(11, 10)
+
+
+def test_auc_interval_is_hanley_mcneil():
+    # Catches: Q1/Q2 swapped or the (n - 1) weights dropped. Hand value: AUC 0.8 over 100 + 100,
+    # Q1 = 0.8/1.2, Q2 = 1.28/1.8, var = (0.16 + 99 (Q1 - 0.64) + 99 (Q2 - 0.64)) / 1e4 = 9.84e-4
+    assert auc_interval(0.8, 100, 100) == pytest.approx((0.8, 0.8 - 1.96 * 9.84e-4**0.5, 0.8 + 1.96 * 9.84e-4**0.5),
+                                                        abs=1e-4)
+    # unequal classes (50 + 200): Q1 and Q2 swapped gives 8.95e-4, not 1.5618e-3
+    var = (0.16 + 49 * (0.8 / 1.2 - 0.64) + 199 * (1.28 / 1.8 - 0.64)) / (50 * 200)
+    assert auc_interval(0.8, 50, 200)[1] == pytest.approx(0.8 - 1.96 * var**0.5, abs=1e-6)
+    _, low, high = auc_interval(0.5, 20, 40)
+    assert low < 0.5 < high
+
+
+def test_welch_from_moments_agrees_with_welch_over_values():
+    # Catches: the variances not divided by their counts, the degrees of freedom not rounded down
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1.0, 1.0, 10), rng.normal(0.0, 2.0, 7)
+    moments = [(x.mean(), x.var(ddof=1), x.size) for x in (a, b)]
+    assert welch_from_moments(*moments) == pytest.approx(welch_interval(a, b))
+    # by hand: means 1 and 0, variances 1, 10 values each: se = sqrt(0.2), df = 18, t = 2.101
+    assert welch_from_moments((1.0, 1.0, 10), (0.0, 1.0, 10)) == pytest.approx(
+        (1.0, 1.0 - 2.101 * 0.2**0.5, 1.0 + 2.101 * 0.2**0.5), abs=1e-6)
+    # variances 1 over 10 and 4 over 5: se**2 = 0.9, df = 0.81 / (0.01 / 9 + 0.64 / 4) = 5.03 -> 5, t = 2.571
+    assert welch_from_moments((1.0, 1.0, 10), (0.0, 4.0, 5))[2] == pytest.approx(1.0 + 2.571 * 0.9**0.5, abs=1e-6)
+
+
+def test_interval_verdict_holds_only_when_the_interval_clears_the_baseline():
+    # Catches: the better side swapped (high > baseline for "higher is better"), a verdict that
+    # holds when the baseline is inside the interval
+    rate, low, high = wilson_interval(106, 200)  # 53 % of 200 episodes against a 53 % base rate
+    assert not interval_verdict(rate, low, high, 0.53, False, "Wilson", 200).holds
+    assert interval_verdict(*wilson_interval(150, 200), 0.53, False, "Wilson", 200).holds
+    assert not interval_verdict(*wilson_interval(150, 200), 0.53, True, "Wilson", 200).holds
+    assert interval_verdict(*wilson_interval(50, 200), 0.53, True, "Wilson", 200).holds

@@ -51,9 +51,12 @@ def generate(
     seed: int = 0,
     split: Sequence[float] = PAPER_SPLIT,
     log: Any = print,
+    only: str | None = None,
 ) -> Manifest:
     """Record ``episodes`` episodes of ``env`` into ``out`` (see the module docstring); resumes
-    an existing dataset made with the same arguments. ``log`` receives progress lines."""
+    an existing dataset made with the same arguments. ``log`` receives progress lines. ``only``:
+    record that split's episodes alone (the same files as a full run; e.g. a test split to
+    compute baselines on; a later call without it completes the dataset)."""
     from wmzoo.registry import env_info, make_env
 
     if episodes < 1 or workers < 1 or size < 8:
@@ -82,6 +85,8 @@ def generate(
     if policy == "random":
         log(f"{env} has no scripted policy or expert: recording a uniformly random policy")
     todo = prepare(root, manifest, existing, log)
+    if only is not None:
+        todo = [i for i in todo if split_of(i, manifest.counts)[0] == only]
     if not todo:
         log(f"{root}: all {episodes} episodes already complete (checksums verified)")
     else:

@@ -275,24 +275,24 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
     """
     correct: dict[str, list[np.ndarray]] = {}
     scores: dict[str, list[np.ndarray]] = {}
+    per_episode: dict[str, list[np.ndarray]] = {}  # correct predictions per episode: the unit of its intervals
     labels: list[np.ndarray] = []
     n = 0
     for batch, extras, context in batches:
-        marks = _marks(batch, extras, scored)
-        device = _device(wm)
-        # transition t leaves row t; the query's transitions are t = context - 1 .. T - 2
-        target = batch.reward.numpy()[:, context - 1 : -1]
-        mask = marks[:, context - 1 : -1]
-        on_device = batch.to(device)
+        target, mask = _scored(batch, extras, context, scored)
+        on_device = batch.to(_device(wm))
         query_actions = on_device.action[:, context - 1 : -1]
         for prefix, step in FORMS.items():
             full = wm.observe_sequence(on_device, step=step).rewards[:, context - 1 :]
             seen = wm.observe_sequence(on_device.slice(0, context), step=step)
             _, imagined = imagine_rows(wm, seen.state, query_actions, decode=False)
             for name, predicted in (("inference", full.float().cpu().numpy()), ("imagination", imagined)):
-                correct.setdefault(f"{prefix}{name}_accuracy", []).append(reward_correct(predicted, target)[mask])
+                ok = reward_correct(predicted, target)
+                correct.setdefault(f"{prefix}{name}_accuracy", []).append(ok[mask])
+                per_episode.setdefault(f"{prefix}{name}_accuracy", []).append((ok & mask).sum(1))
                 scores.setdefault(f"{prefix}{name}_auc", []).append(predicted[mask])
         labels.append(target[mask] > 0.5)
+        per_episode.setdefault("scored", []).append(mask.sum(1))
         n += batch.shape[0]
     results = {key: np.concatenate(values) for key, values in correct.items()}
     if results["inference_accuracy"].size == 0:
@@ -300,11 +300,38 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
         raise WmzooError(f"the evaluated episodes have no {what} query transitions to score")
     positive = np.concatenate(labels)
     aucs = {key: reward_auc(np.concatenate(values), positive) for key, values in scores.items()}
-    rate = float(positive.mean())
     return {**{key: float(value.mean()) for key, value in results.items()}, **aucs,
-            # the baselines: always predicting the majority class, and a score that ranks by chance
-            "baselines": {"majority_class_accuracy": max(rate, 1 - rate), "chance_auc": 0.5},
-            "scored_transitions": int(results["inference_accuracy"].size), "episodes": n}
+            "baselines": rate_baselines(positive),
+            "scored_transitions": int(results["inference_accuracy"].size), "episodes": n,
+            "per_episode": {key: np.concatenate(v).astype(int).tolist() for key, v in per_episode.items()}}
+
+
+def _scored(batch: Batch, extras: dict[str, np.ndarray], context: int, scored: str | None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """``(target, mask)`` ``[B, query transitions]``: the recorded rewards of the query's
+    transitions (``t = context - 1 .. T - 2``; transition t leaves row t) and which are scored."""
+    return batch.reward.numpy()[:, context - 1 : -1], _marks(batch, extras, scored)[:, context - 1 : -1]
+
+
+def rate_baselines(positive: np.ndarray) -> dict[str, float]:
+    """The reward protocols' baselines on the scored transitions: always predicting the majority
+    class, and a score that ranks by chance; with the class counts (for intervals)."""
+    rate = float(positive.mean())
+    return {"majority_class_accuracy": max(rate, 1 - rate), "chance_auc": 0.5,
+            "positives": int(positive.sum()), "negatives": int(positive.size - positive.sum())}
+
+
+def reward_baselines(data: str | Path, scored: str | None, split: str = "test", episodes: int | None = None
+                     ) -> dict[str, Any]:
+    """The ``baselines`` of :func:`reward_accuracy` on the episodes it scores with the same
+    arguments, without a model (e.g. for results kept from before it carried them)."""
+    manifest = Manifest.read(Path(data))
+    labels, n = [], 0
+    for batch, extras, context in batches(iter_episodes(data, split, episodes), manifest):
+        target, mask = _scored(batch, extras, context, scored)
+        labels.append(target[mask] > 0.5)
+        n += batch.shape[0]
+    return {**rate_baselines(np.concatenate(labels)), "episodes": n}
 
 
 def reward_auc(score: np.ndarray, positive: np.ndarray) -> float | None:

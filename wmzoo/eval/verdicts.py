@@ -17,6 +17,12 @@ The one place where wmzoo decides whether a result supports a claim; the study r
 
 Intervals: 95 % Student t over seeds (the mean of one backbone, the mean paired difference) and
 Welch's t with its degrees of freedom rounded down (an unpaired difference).
+
+Results of **one training seed** (the benchmark scripts) can only be given intervals over their
+evaluation units (episodes): :func:`wilson_interval` (a success rate or an accuracy of one scored
+item per episode), :func:`auc_interval` (Hanley-McNeil), :func:`welch_from_moments` (returns
+against a random policy's), each decided by :func:`interval_verdict`. Such a verdict is about that
+trained model on those episodes, never about the backbone: it says nothing of training-seed variance.
 """
 
 from __future__ import annotations
@@ -98,14 +104,57 @@ def welch_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndar
     x, y = _values(a, "a Welch interval"), _values(b, "a Welch interval")
     if x.size < 2 or y.size < 2:
         raise WmzooError("a Welch interval needs at least two seeds on each side")
-    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
-    diff = float(x.mean() - y.mean())
+    return welch_from_moments((x.mean(), x.var(ddof=1), x.size), (y.mean(), y.var(ddof=1), y.size))
+
+
+def welch_from_moments(a: tuple[float, float, int], b: tuple[float, float, int]) -> tuple[float, float, float]:
+    """:func:`welch_interval` from each side's ``(mean, unbiased variance, count)``: for results
+    that kept only those (a mean and its standard error)."""
+    (ma, va, na), (mb, vb, nb) = a, b
+    if na < 2 or nb < 2:
+        raise WmzooError("a Welch interval needs at least two values on each side")
+    vx, vy = va / na, vb / nb
+    diff = float(ma - mb)
     se = math.sqrt(vx + vy)
     if se == 0:
         return diff, diff, diff
-    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    df = (vx + vy) ** 2 / (vx**2 / (na - 1) + vy**2 / (nb - 1))
     half = t_quantile(max(1, math.floor(df))) * se
     return diff, diff - half, diff + half
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float, float]:
+    """``(rate, low, high)``: a success rate of ``n`` independent trials (episodes) with its 95 %
+    Wilson score interval, which stays inside [0, 1] and is not empty at 0 or ``n`` successes."""
+    if n < 1 or not 0 <= successes <= n:
+        raise WmzooError(f"a Wilson interval needs 0 <= successes <= n and n >= 1, got {successes} of {n}")
+    rate = successes / n
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return rate, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def auc_interval(auc: float, positives: float, negatives: float, z: float = 1.96) -> tuple[float, float, float]:
+    """``(auc, low, high)``: the area under the ROC curve with the Hanley-McNeil (1982) normal
+    95 % interval from ``positives`` and ``negatives`` independent scored items (pass effective
+    counts where items are clustered, e.g. divided by the cluster size)."""
+    if positives < 1 or negatives < 1 or not 0 <= auc <= 1:
+        raise WmzooError(f"an AUC interval needs both classes and 0 <= AUC <= 1, got {auc} ({positives}/{negatives})")
+    q1, q2 = auc / (2 - auc), 2 * auc * auc / (1 + auc)
+    var = (auc * (1 - auc) + (positives - 1) * (q1 - auc * auc) + (negatives - 1) * (q2 - auc * auc)) / (
+        positives * negatives)
+    half = z * math.sqrt(max(var, 0.0))
+    return auc, max(0.0, auc - half), min(1.0, auc + half)
+
+
+def interval_verdict(estimate: float, low: float, high: float, baseline: float, lower_is_better: bool,
+                     method: str, count: int) -> Verdict:
+    """Whether an interval computed elsewhere (Wilson, Hanley-McNeil, Welch over episodes) lies
+    entirely on the better side of ``baseline`` (a difference: ``baseline`` 0). ``count``: the
+    independent units it rests on (episodes, seeds), named in ``method``."""
+    holds = high < baseline if lower_is_better else low > baseline
+    return Verdict(bool(holds), float(estimate), float(low), float(high), None, method, int(count),
+                   "beats baseline" if holds else "not above baseline")
 
 
 def permutation_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray | None = None,
@@ -154,15 +203,10 @@ def beats_baseline(scores: Sequence[float] | np.ndarray, baseline: float, lower_
     mean = float(x.mean())
     better_side = mean < baseline if lower_is_better else mean > baseline
     if x.size >= FEW_SEEDS:
-        _, low, high = t_interval(x)
-        holds = high < baseline if lower_is_better else low > baseline
-        p, method = None, T_INTERVAL
-    else:
-        low = high = None
-        p = permutation_test(x - baseline)
-        holds = better_side and p <= alpha
-        method = f"exact permutation test ({2 ** x.size} sign flips)"
-    return Verdict(holds, mean, low, high, p, method, int(x.size),
+        return interval_verdict(mean, *t_interval(x)[1:], baseline, lower_is_better, T_INTERVAL, x.size)
+    p = permutation_test(x - baseline)
+    holds = better_side and p <= alpha
+    return Verdict(holds, mean, None, None, p, f"exact permutation test ({2 ** x.size} sign flips)", int(x.size),
                    "beats baseline" if holds else "not above baseline")
 
 
