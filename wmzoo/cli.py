@@ -42,6 +42,10 @@ EPILOG = """examples:
 """
 
 
+TEMPERATURES = (1e-3, 1e3)
+"""The ``--temperature`` range of ``wmzoo eval``: logits divided by less overflow float32 (and sample
+as the greedy action would anyway); leave out ``--temperature``/``--sample`` for greedy actions."""
+
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto (cuda where there is a GPU); default: where it trained"
 
 
@@ -99,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap on steps per episode (default: Atari's 108,000 frames at frame skip 4)")
     p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy mode")
     p.add_argument("--temperature", type=float, default=None, metavar="T",
-                   help="sample at temperature T (implies --sample; REM and IRIS evaluate at 0.5)")
+                   help=f"sample at temperature T, {TEMPERATURES[0]:g} to {TEMPERATURES[1]:g} (implies --sample; REM and "
+                   "IRIS evaluate at 0.5; greedy: leave out --temperature and --sample)")
     p.add_argument("--seed", type=int, default=10_000)
     p.add_argument("--random", action="store_true",
                    help="also evaluate a uniformly random policy on the same env and seeds, reported beside")
@@ -229,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     # a rank other than 0 of a data-parallel run (torchrun's RANK) names itself in its errors
     rank = f"[rank {os.environ['RANK']}] " if os.environ.get("RANK", "0") != "0" else ""
     try:
+        if getattr(args, "seed", None) is not None:  # every command's --seed, as run's seed
+            from wmzoo.specs import RunSpec, check_option
+
+            check_option(args.seed, RunSpec, "seed", "--seed")
         return COMMANDS[args.command](args) or 0
     except WmzooError as exc:
         print(f"wmzoo: error: {rank}{exc}", file=sys.stderr)
@@ -240,20 +249,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:  # a full disk, a folder that is a file, no permission: one line
-        print(f"wmzoo: error: {describe_os_error(exc)}", file=sys.stderr)
+        print(f"wmzoo: error: {describe_os_error(exc, args.command)}", file=sys.stderr)
         return 2
     finally:
         if "wmzoo.distributed" in sys.modules:
             sys.modules["wmzoo.distributed"].teardown()
 
 
-def describe_os_error(exc: OSError) -> str:
-    """One line for an I/O error: what failed, on which path, and what to do about it."""
+AFTER_A_FULL_DISK = {
+    "run": " (the last checkpoint written is intact) and --resume",
+    "data": " and run the same command again to resume (the episodes written are kept)",
+}
+"""What a command keeps when a write fails for space, and how to continue (default: run it again)."""
+
+
+def describe_os_error(exc: OSError, command: str = "") -> str:
+    """One line for an I/O error of ``command``: what failed, on which path, and what to do."""
     where = f" {exc.filename}" if exc.filename else ""
     what = exc.strerror or str(exc)
+    after = AFTER_A_FULL_DISK.get(command, " and run the command again")
     hint = {
-        errno.ENOSPC: "free some space (the last checkpoint written is intact) and --resume",
-        errno.EDQUOT: "free some space (the last checkpoint written is intact) and --resume",
+        errno.ENOSPC: f"free some space{after}",
+        errno.EDQUOT: f"free some space{after}",
+        errno.EFBIG: f"allow larger files (another filesystem, or a higher `ulimit -f`){after}",
         errno.EACCES: "choose a folder you may write to",
         errno.EROFS: "choose a folder on a writable filesystem",
         errno.ENOTDIR: "a path component is a file, not a folder: choose another path",
@@ -476,8 +494,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.max_steps < 1:
         raise WmzooError("--episodes and --max-steps must be at least 1")
-    if args.temperature is not None and not args.temperature > 0:
-        raise WmzooError(f"--temperature {args.temperature}: must be positive (1: the policy's own distribution)")
+    low, high = TEMPERATURES
+    if args.temperature is not None and not low <= args.temperature <= high:
+        raise WmzooError(f"--temperature {args.temperature}: must be between {low:g} and {high:g} (1: the "
+                         "policy's own distribution; for greedy actions leave out --temperature and --sample)")
     agent = load_agent(args.checkpoint, args.device)
     sample = args.sample or args.temperature is not None
     temperature = 1.0 if args.temperature is None else args.temperature
@@ -536,9 +556,12 @@ def cmd_imagine(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from wmzoo.bench.harness import format_env_table, format_table, run_bench, run_env_bench, write_json
 
+    from wmzoo.specs import PolicySpec, TrainSpec, WorldModelSpec, check_option
+
     if args.mode == "env":
         if not args.env:
             raise WmzooError("--mode env needs --env NAME (the environment to time)")
+        check_option(args.envs, TrainSpec, "envs", "--envs")
         env_records = run_env_bench(args.env, args.envs, args.steps, warmup=args.warmup)
         print(format_env_table(env_records))
         if args.json_path:
@@ -546,16 +569,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if not args.backbones:
         raise WmzooError(f"--mode {args.mode} needs --backbones NAME[:PRESET],...")
-    for name in ("batch", "seq_len", "horizon", "iters"):
-        if getattr(args, name) < 1:
-            raise WmzooError(f"--{name.replace('_', '-')} must be at least 1")
+    check_option(args.batch, WorldModelSpec, "batch_size", "--batch")
+    check_option(args.seq_len, WorldModelSpec, "seq_len", "--seq-len")
+    check_option(args.horizon, PolicySpec, "horizon", "--horizon")
+    if args.iters < 1:
+        raise WmzooError("--iters must be at least 1")
     if args.threads < 0 or args.warmup < 0:
         raise WmzooError("--threads and --warmup must be at least 0 (--threads 0: torch's default)")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    precisions = [p.strip() for p in args.precision.split(",")]
+    if "" in precisions:
+        raise WmzooError(f"--precision {args.precision!r}: an empty entry; give fp32, bf16 or fp32,bf16")
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
         args.iters, args.warmup, args.env, args.device, args.decode, precisions, args.compile,

@@ -366,3 +366,16 @@ def field_help(cls: type[Spec], prefix: str = "") -> Iterable[str]:
         extra = f" [{', '.join(bounds)}]" if bounds else ""
         default = info.get_default(call_default_factory=True)  # a list field's [] rather than "undefined"
         yield f"{path} = {json.dumps(default, default=str)}{extra}  {info.description or ''}".rstrip()
+
+
+def check_option(value: int | float, cls: type[Spec], field: str, option: str) -> None:
+    """One line when a command-line number lies outside the bounds of the spec field it stands for
+    (``--size`` is ``train.image_size``, ``--batch`` ``model.batch_size``): a command refuses the
+    sizes a run refuses, with the same range."""
+    low = high = None
+    for bound in cls.model_fields[field].metadata:
+        low = getattr(bound, "ge", low)
+        high = getattr(bound, "le", high)
+    if (low is not None and value < low) or (high is not None and value > high):
+        section = {TrainSpec: "train.", WorldModelSpec: "model.", PolicySpec: "policy."}.get(cls, "")
+        raise WmzooError(f"{option} {value}: must be between {low} and {high} (the range of {section}{field})")

@@ -32,6 +32,7 @@ from wmzoo.data.record import record_episode, write_episode
 from wmzoo.data.splits import PAPER_SPLIT, SPLITS, normalise_split, split_counts, split_of, stream_id
 from wmzoo.data.store import ChunkName, read_chunk
 from wmzoo.errors import WmzooError
+from wmzoo.specs import TrainSpec, check_option
 
 _MANIFEST_EVERY_S = 10.0  # how often a long run records its progress in the manifest
 _START_METHOD = "forkserver"
@@ -55,8 +56,10 @@ def generate(
     an existing dataset made with the same arguments. ``log`` receives progress lines."""
     from wmzoo.registry import env_info, make_env
 
-    if episodes < 1 or workers < 1 or size < 8:
-        raise WmzooError("--episodes and --workers must be at least 1 and --size at least 8")
+    if episodes < 1:
+        raise WmzooError("--episodes must be at least 1")
+    check_option(size, TrainSpec, "image_size", "--size")  # a run's bounds: up to 512 pixels, 256 envs
+    check_option(workers, TrainSpec, "envs", "--workers")
     root = Path(out)
     args = Arguments(env, episodes, size, seed, normalise_split(split))
     existing = Manifest.read(root) if (root / MANIFEST).exists() else None
