@@ -257,3 +257,34 @@ def test_a_full_disk_while_generating_data_says_to_run_the_command_again(monkeyp
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("wmzoo", "Traceback"))]
     assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
     assert "run the same command again" in err[0] and "--resume" not in err[0] and "checkpoint" not in err[0], err
+
+
+@pytest.mark.parametrize("bad", ["corrupt safetensors", "pickle", "a file"])
+def test_a_bad_pretrained_encoder_names_the_field_and_the_file(capsys, tmp_path, bad):
+    # Catches: a corrupt model.safetensors or a pickled pytorch_model.bin in model.encoder_weights
+    # reported as "backbone could not be built" without naming the field or the file, and torch's
+    # advice to set weights_only=False (which would run the pickle's code) quoted to the user.
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import torch
+    from pretrained_fakes import write_dinov2
+
+    folder = write_dinov2(tmp_path / "dinov2", size=8, patch=4, width=24)
+    weights = folder / "model.safetensors"
+    if bad == "corrupt safetensors":
+        weights.write_bytes(b"\0" * 64)
+    elif bad == "pickle":  # a pickle that weights_only refuses (it names a class)
+        weights.unlink()
+        weights = folder / "pytorch_model.bin"
+        torch.save({"x": torch.zeros(2), "kind": torch.nn.Linear}, weights)
+    else:
+        weights = folder / "config.json"
+    capsys.readouterr()
+    code = main(["run", "--backbone", "tokenwm", "--preset", "tiny", "--steps", "2", "--no-progress",
+                 "--logdir", str(tmp_path / "run"), "--set", f"model.encoder_weights={weights if bad == 'a file' else folder}",
+                 "--set", "model.encoder_size=8", "--set", "model.target=features"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "Warning" not in line]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("wmzoo: error: model.encoder_weights"), lines
+    assert str(weights) in lines[0] and "weights_only" not in lines[0], lines
