@@ -288,3 +288,45 @@ def test_a_bad_pretrained_encoder_names_the_field_and_the_file(capsys, tmp_path,
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "Warning" not in line]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("wmzoo: error: model.encoder_weights"), lines
     assert str(weights) in lines[0] and "weights_only" not in lines[0], lines
+
+
+SIGTERM_CASES = [
+    # (command, argv with {placeholders}): each is still importing, building or loading after 1.5 s
+    ("run while building", "run --backbone rssm --preset tiny --steps 40 --no-progress --logdir {root}/new"),
+    ("eval", "eval --checkpoint {ckpt} --episodes 50"),
+    ("imagine", "imagine --checkpoint {ckpt} --out {root}/new/x.gif"),
+    ("evaluate", "evaluate --checkpoint {ckpt} --protocol imagination --data {root}/nodata --out {root}/new"),
+    ("bench", "bench --backbones rssm:tiny --mode train --iters 100"),
+    ("data generate", "data generate --env minigrid-empty-5x5 --episodes 100000 --size 16 --out {root}/new"),
+    ("data import-libero", "data import-libero {a_file} --out {root}/new"),
+    ("aggregate", "aggregate {root}/nope.json"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "argv"), SIGTERM_CASES, ids=[c[0] for c in SIGTERM_CASES])
+def test_sigterm_is_one_line_exit_2_within_seconds(world, kind, argv):
+    # Catches: SIGTERM before a command installs its own handler (a run still building, eval
+    # loading its checkpoint, every other command) killing it silently at -15, a traceback, or a
+    # process that lingers; and any file of the run changed.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    paths = {key: str(value) for key, value in world.items()}
+    before = _hashes(world["run"])
+    child = subprocess.Popen([sys.executable, "-m", "wmzoo.cli", *argv.format(**paths).split()],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    child.send_signal(signal.SIGTERM)
+    sent = time.time()
+    _, err = child.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.strip() and "Warning" not in line]
+    shutil.rmtree(world["root"] / "new", ignore_errors=True)
+    assert time.time() - sent < 15, f"{kind}: exited {time.time() - sent:.0f} s after SIGTERM"
+    if child.returncode == 2 and lines and "interrupted" not in lines[0]:
+        return  # finished (its own one-line error) before the signal came: nothing to see
+    assert child.returncode == 2, f"{kind}: exit {child.returncode}\n{err}"
+    assert len(lines) == 1 and lines[0].startswith("wmzoo: error: interrupted"), f"{kind}: {err}"
+    assert _hashes(world["run"]) == before

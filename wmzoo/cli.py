@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     # a rank other than 0 of a data-parallel run (torchrun's RANK) names itself in its errors
     rank = f"[rank {os.environ['RANK']}] " if os.environ.get("RANK", "0") != "0" else ""
+    previous = _terminate_as_interrupt()
     try:
         if getattr(args, "seed", None) is not None:  # every command's --seed, as run's seed
             from wmzoo.specs import RunSpec, check_option
@@ -251,9 +253,36 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk, a folder that is a file, no permission: one line
         print(f"wmzoo: error: {describe_os_error(exc, args.command)}", file=sys.stderr)
         return 2
+    except Exception:
+        if not _TERMINATED:
+            raise
+        print("wmzoo: error: interrupted", file=sys.stderr)  # e.g. a C extension's import cut short
+        return 2
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if "wmzoo.distributed" in sys.modules:
             sys.modules["wmzoo.distributed"].teardown()
+
+
+_TERMINATED: list[int] = []
+"""Non-empty once this process got SIGTERM: whatever fails after it is the interruption."""
+
+
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM as Ctrl-C for the whole command (building, loading, writing): one line, exit code
+    2, every write finished or undone (:mod:`wmzoo.atomic`), instead of a silent death at
+    -15. Returns the previous handler (``None`` outside the main thread, where none can be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        _TERMINATED.append(signum)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 AFTER_A_FULL_DISK = {
@@ -434,8 +463,6 @@ def _launch(nproc: int, argv: list[str]) -> int:
     (one thread each unless train.threads or OMP_NUM_THREADS say otherwise); exit code 2 when
     a rank failed."""
     import subprocess
-
-    import signal
 
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
