@@ -33,6 +33,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     text.write_text("model: [1, 2]\n")  # a list where a mapping belongs
     number = root / "number.yaml"
     number.write_text("train:\n  steps: many\n")
+    (root / "number-backbone.yaml").write_text("backbone: 5\n")  # a scalar of the wrong type
+    (root / "list-env.yaml").write_text("env: [a, b]\n")
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -114,6 +116,22 @@ CASES = [
     ("data episodes", "data generate --env minigrid-empty-5x5 --episodes 0 --out {root}/data", "episodes"),
     ("aggregate missing file", "aggregate {root}/nope.json", "nope.json"),
     ("aggregate not json", "aggregate {list_yaml}", "config.yaml"),
+    ("config name of the wrong type", "run --config {root}/number-backbone.yaml --logdir {root}/new", "backbone must be a name"),
+    ("config name a list", "run --config {root}/list-env.yaml --logdir {root}/new", "env must be a name"),
+    ("eval negative seed", "eval --checkpoint {ckpt} --seed -1", "--seed -1"),
+    ("imagine negative seed", "imagine --checkpoint {ckpt} --out {root}/x.gif --seed -1", "--seed -1"),
+    ("data negative seed", "data generate --env minigrid-empty-5x5 --episodes 1 --seed -1 --out {root}/data", "--seed -1"),
+    ("aggregate negative seed", "aggregate {root}/nope.json --seed -1", "--seed -1"),
+    ("eval temperature below float32's reach", "eval --checkpoint {ckpt} --temperature 1e-45", "between 0.001 and 1000"),
+    ("eval temperature infinite", "eval --checkpoint {ckpt} --temperature inf", "between 0.001 and 1000"),
+    ("bench precision empty entries", "bench --backbones rssm:tiny --mode train --precision ,", "empty entry"),
+    ("bench batch huge", "bench --backbones rssm:tiny --mode train --batch 100000000", "model.batch_size"),
+    ("bench seq-len huge", "bench --backbones rssm:tiny --mode train --seq-len 100000000", "model.seq_len"),
+    ("bench sizes beyond memory", "bench --backbones rssm:tiny --mode imagine --batch 4096 --seq-len 100000", "GiB"),
+    ("bench envs huge", "bench --mode env --env minigrid-empty-5x5 --envs 100000", "train.envs"),
+    ("data image size huge", "data generate --env minigrid-empty-5x5 --episodes 1 --size 100000 --out {root}/data", "train.image_size"),
+    ("data workers huge", "data generate --env minigrid-empty-5x5 --episodes 1 --workers 100000 --out {root}/data", "train.envs"),
+    ("libero image size huge", "data import-libero {a_file} --size 100000 --out {root}/data", "train.image_size"),
 ]
 
 
@@ -160,12 +178,16 @@ def test_a_model_too_big_for_memory_is_refused_with_the_figure(world, capsys, mo
     assert _hashes(world["root"]) == before and not (world["root"] / "new").exists()
 
 
-def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(world, capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("failing", ["save_checkpoint", "safetensors"])
+def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(world, capsys, monkeypatch, tmp_path, failing):
     # Catches: ENOSPC while writing a checkpoint ending in a traceback, or the half-written file
-    # replacing the last good checkpoint.
+    # replacing the last good checkpoint. "safetensors": the write fails inside safetensors, which
+    # raises its SafetensorError (not an OSError) naming the OS error: a 20-line traceback, exit 1.
     import errno
 
+    import wmzoo.train.checkpoint as checkpoint
     import wmzoo.train.rundir as rundir
+    from safetensors import SafetensorError
 
     logdir = tmp_path / "full"
     shutil.copytree(world["run"], logdir)
@@ -174,12 +196,141 @@ def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(world, ca
     def no_space(path, tree):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(rundir, "save_checkpoint", no_space)
+    def safetensors_no_space(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 100)  # a part written before the disk filled
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    if failing == "save_checkpoint":
+        monkeypatch.setattr(rundir, "save_checkpoint", no_space)
+    else:
+        monkeypatch.setattr(checkpoint, "save_file", safetensors_no_space)
     code = main(["run", "--logdir", str(logdir), "--resume", "--steps", "60", "--no-progress"])
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wmzoo: error")]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("wmzoo: error", "Traceback"))]
     assert code == 2 and err == [f"wmzoo: error: No space left on device: {logdir / 'checkpoint.safetensors'}; "
                                  "free some space (the last checkpoint written is intact) and --resume"], err
     assert (logdir / "checkpoint.safetensors").read_bytes() == before
+    assert not [p.name for p in logdir.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_write_refused_by_the_os_inside_safetensors_is_one_line(world, tmp_path):
+    # Catches: a real failed checkpoint write (here `ulimit -f` below the checkpoint's size, so
+    # safetensors' own write fails with EFBIG) ending in SafetensorError's traceback, exit 1, or
+    # the previous checkpoint lost. In a subprocess: the limit is the process's.
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    logdir = tmp_path / "limited"
+    shutil.copytree(world["run"], logdir)
+    before = (logdir / "checkpoint.safetensors").read_bytes()
+    limit = len(before) * 2 // 3  # the replay's new chunk and run.yaml fit, the checkpoint does not
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-m", "wmzoo.cli", "run", "--logdir", str(logdir), "--resume",
+                           "--steps", "60", "--no-progress"], capture_output=True, text=True, timeout=300,
+                          preexec_fn=limited)
+    lines = [line for line in done.stderr.splitlines()
+             if line.strip() and "Warning" not in line and not line.startswith("wmzoo: warning")]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0] == (f"wmzoo: error: File too large: {logdir / 'checkpoint.safetensors'}; allow larger files "
+                        "(another filesystem, or a higher `ulimit -f`) (the last checkpoint written is intact) "
+                        "and --resume"), lines
+    assert (logdir / "checkpoint.safetensors").read_bytes() == before
+
+
+def test_a_full_disk_while_generating_data_says_to_run_the_command_again(monkeypatch, capsys, tmp_path):
+    # Catches: data generate's full disk advising checkpoints and --resume (a run's hint), which
+    # the command does not have: it resumes by being run again.
+    import errno
+
+    import wmzoo.data.generate as generate
+
+    def no_space(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(generate, "write_episode", no_space)
+    code = main(["data", "generate", "--env", "minigrid-empty-5x5", "--episodes", "2", "--size", "16",
+                 "--out", str(tmp_path / "data")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("wmzoo", "Traceback"))]
+    assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert "run the same command again" in err[0] and "--resume" not in err[0] and "checkpoint" not in err[0], err
+
+
+@pytest.mark.parametrize("bad", ["corrupt safetensors", "pickle", "a file"])
+def test_a_bad_pretrained_encoder_names_the_field_and_the_file(capsys, tmp_path, bad):
+    # Catches: a corrupt model.safetensors or a pickled pytorch_model.bin in model.encoder_weights
+    # reported as "backbone could not be built" without naming the field or the file, and torch's
+    # advice to set weights_only=False (which would run the pickle's code) quoted to the user.
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import torch
+    from pretrained_fakes import write_dinov2
+
+    folder = write_dinov2(tmp_path / "dinov2", size=8, patch=4, width=24)
+    weights = folder / "model.safetensors"
+    if bad == "corrupt safetensors":
+        weights.write_bytes(b"\0" * 64)
+    elif bad == "pickle":  # a pickle that weights_only refuses (it names a class)
+        weights.unlink()
+        weights = folder / "pytorch_model.bin"
+        torch.save({"x": torch.zeros(2), "kind": torch.nn.Linear}, weights)
+    else:
+        weights = folder / "config.json"
+    capsys.readouterr()
+    code = main(["run", "--backbone", "tokenwm", "--preset", "tiny", "--steps", "2", "--no-progress",
+                 "--logdir", str(tmp_path / "run"), "--set", f"model.encoder_weights={weights if bad == 'a file' else folder}",
+                 "--set", "model.encoder_size=8", "--set", "model.target=features"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "Warning" not in line]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("wmzoo: error: model.encoder_weights"), lines
+    assert str(weights) in lines[0] and "weights_only" not in lines[0], lines
+
+
+SIGTERM_CASES = [
+    # (command, argv with {placeholders}): each is still importing, building or loading after 1.5 s
+    ("run while building", "run --backbone rssm --preset tiny --steps 40 --no-progress --logdir {root}/new"),
+    ("eval", "eval --checkpoint {ckpt} --episodes 50"),
+    ("imagine", "imagine --checkpoint {ckpt} --out {root}/new/x.gif"),
+    ("evaluate", "evaluate --checkpoint {ckpt} --protocol imagination --data {root}/nodata --out {root}/new"),
+    ("bench", "bench --backbones rssm:tiny --mode train --iters 100"),
+    ("data generate", "data generate --env minigrid-empty-5x5 --episodes 100000 --size 16 --out {root}/new"),
+    ("data import-libero", "data import-libero {a_file} --out {root}/new"),
+    ("aggregate", "aggregate {root}/nope.json"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "argv"), SIGTERM_CASES, ids=[c[0] for c in SIGTERM_CASES])
+def test_sigterm_is_one_line_exit_2_within_seconds(world, kind, argv):
+    # Catches: SIGTERM before a command installs its own handler (a run still building, eval
+    # loading its checkpoint, every other command) killing it silently at -15, a traceback, or a
+    # process that lingers; and any file of the run changed.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    paths = {key: str(value) for key, value in world.items()}
+    before = _hashes(world["run"])
+    child = subprocess.Popen([sys.executable, "-m", "wmzoo.cli", *argv.format(**paths).split()],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    child.send_signal(signal.SIGTERM)
+    sent = time.time()
+    _, err = child.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.strip() and "Warning" not in line]
+    shutil.rmtree(world["root"] / "new", ignore_errors=True)
+    assert time.time() - sent < 15, f"{kind}: exited {time.time() - sent:.0f} s after SIGTERM"
+    if child.returncode == 2 and lines and "interrupted" not in lines[0]:
+        return  # finished (its own one-line error) before the signal came: nothing to see
+    assert child.returncode == 2, f"{kind}: exit {child.returncode}\n{err}"
+    assert len(lines) == 1 and lines[0].startswith("wmzoo: error: interrupted"), f"{kind}: {err}"
+    assert _hashes(world["run"]) == before
 
 
 # --------------------------------------------------------------------------- output paths

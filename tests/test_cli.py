@@ -46,7 +46,7 @@ def test_list_json_through_the_console_script():
         (["run", "--preset", "huge"], "unknown preset 'huge' of backbone 'rssm'; known: paper, paper-2d, paper-atari100k, small, tiny"),
         (["bench", "--backbones", "rssm:nope", "--mode", "train"], "unknown preset"),
         (["eval", "--checkpoint", "/nonexistent/ckpt.safetensors"], "no such file"),
-        (["eval", "--checkpoint", "x", "--temperature", "0"], "--temperature 0.0: must be positive"),
+        (["eval", "--checkpoint", "x", "--temperature", "0"], "--temperature 0.0: must be between 0.001 and 1000"),
         (["imagine", "--checkpoint", "x", "--out", "movie.mp4"], "must end in .gif or .png"),
         (["run", "--steps", "many"], "invalid int value: 'many'"),
         # a value pydantic accepts but the model cannot be built with (64 / 2**7 < 1 pixel);

@@ -44,6 +44,10 @@ EPILOG = """examples:
 """
 
 
+TEMPERATURES = (1e-3, 1e3)
+"""The ``--temperature`` range of ``wmzoo eval``: logits divided by less overflow float32 (and sample
+as the greedy action would anyway); leave out ``--temperature``/``--sample`` for greedy actions."""
+
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto (cuda where there is a GPU); default: where it trained"
 
 
@@ -102,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cap on steps per episode (default: Atari's 108,000 frames at frame skip 4)")
     p.add_argument("--sample", action="store_true", help="sample actions instead of the greedy mode")
     p.add_argument("--temperature", type=float, default=None, metavar="T",
-                   help="sample at temperature T (implies --sample; REM and IRIS evaluate at 0.5)")
+                   help=f"sample at temperature T, {TEMPERATURES[0]:g} to {TEMPERATURES[1]:g} (implies --sample; REM and "
+                   "IRIS evaluate at 0.5; greedy: leave out --temperature and --sample)")
     p.add_argument("--seed", type=int, default=10_000)
     p.add_argument("--random", action="store_true",
                    help="also evaluate a uniformly random policy on the same env and seeds, reported beside")
@@ -235,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     # a rank other than 0 of a data-parallel run (torchrun's RANK) names itself in its errors
     rank = f"[rank {os.environ['RANK']}] " if os.environ.get("RANK", "0") != "0" else ""
+    previous = _terminate_as_interrupt()
     try:
+        if getattr(args, "seed", None) is not None:  # every command's --seed, as run's seed
+            from wmzoo.specs import RunSpec, check_option
+
+            check_option(args.seed, RunSpec, "seed", "--seed")
         return COMMANDS[args.command](args) or 0
     except WmzooError as exc:
         print(f"wmzoo: error: {rank}{exc}", file=sys.stderr)
@@ -247,20 +257,56 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:  # a full disk, a folder that is a file, no permission: one line
-        print(f"wmzoo: error: {describe_os_error(exc)}", file=sys.stderr)
+        print(f"wmzoo: error: {describe_os_error(exc, args.command)}", file=sys.stderr)
+        return 2
+    except Exception:
+        if not _TERMINATED:
+            raise
+        print("wmzoo: error: interrupted", file=sys.stderr)  # e.g. a C extension's import cut short
         return 2
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if "wmzoo.distributed" in sys.modules:
             sys.modules["wmzoo.distributed"].teardown()
 
 
-def describe_os_error(exc: OSError) -> str:
-    """One line for an I/O error: what failed, on which path, and what to do about it."""
+_TERMINATED: list[int] = []
+"""Non-empty once this process got SIGTERM: whatever fails after it is the interruption."""
+
+
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM as Ctrl-C for the whole command (building, loading, writing): one line, exit code
+    2, every write finished or undone (:mod:`wmzoo.atomic`), instead of a silent death at
+    -15. Returns the previous handler (``None`` outside the main thread, where none can be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        _TERMINATED.append(signum)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+AFTER_A_FULL_DISK = {
+    "run": " (the last checkpoint written is intact) and --resume",
+    "data": " and run the same command again to resume (the episodes written are kept)",
+}
+"""What a command keeps when a write fails for space, and how to continue (default: run it again)."""
+
+
+def describe_os_error(exc: OSError, command: str = "") -> str:
+    """One line for an I/O error of ``command``: what failed, on which path, and what to do."""
     where = f" {exc.filename}" if exc.filename else ""
     what = exc.strerror or str(exc)
+    after = AFTER_A_FULL_DISK.get(command, " and run the command again")
     hint = {
-        errno.ENOSPC: "free some space (the last checkpoint written is intact) and --resume",
-        errno.EDQUOT: "free some space (the last checkpoint written is intact) and --resume",
+        errno.ENOSPC: f"free some space{after}",
+        errno.EDQUOT: f"free some space{after}",
+        errno.EFBIG: f"allow larger files (another filesystem, or a higher `ulimit -f`){after}",
         errno.EACCES: "choose a folder you may write to",
         errno.EROFS: "choose a folder on a writable filesystem",
         errno.ENOTDIR: "a path component is a file, not a folder: choose another path",
@@ -427,8 +473,6 @@ def _launch(nproc: int, argv: list[str]) -> int:
     a rank failed."""
     import subprocess
 
-    import signal
-
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc-per-node", str(nproc), "-m", "wmzoo.cli", *argv]
@@ -486,8 +530,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1 or args.max_steps < 1:
         raise WmzooError("--episodes and --max-steps must be at least 1")
-    if args.temperature is not None and not args.temperature > 0:
-        raise WmzooError(f"--temperature {args.temperature}: must be positive (1: the policy's own distribution)")
+    low, high = TEMPERATURES
+    if args.temperature is not None and not low <= args.temperature <= high:
+        raise WmzooError(f"--temperature {args.temperature}: must be between {low:g} and {high:g} (1: the "
+                         "policy's own distribution; for greedy actions leave out --temperature and --sample)")
     if args.json_path:
         check_output(args.json_path, EVAL_JSON, "--json")
     agent = load_agent(args.checkpoint, args.device)
@@ -551,12 +597,14 @@ def cmd_imagine(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from wmzoo.bench.harness import format_env_table, format_table, run_bench, run_env_bench, write_json
+    from wmzoo.specs import PolicySpec, TrainSpec, WorldModelSpec, check_option
 
     if args.json_path:
         check_output(args.json_path, BENCH_JSON, "--json")
     if args.mode == "env":
         if not args.env:
             raise WmzooError("--mode env needs --env NAME (the environment to time)")
+        check_option(args.envs, TrainSpec, "envs", "--envs")
         env_records = run_env_bench(args.env, args.envs, args.steps, warmup=args.warmup)
         print(format_env_table(env_records))
         if args.json_path:
@@ -564,16 +612,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if not args.backbones:
         raise WmzooError(f"--mode {args.mode} needs --backbones NAME[:PRESET],...")
-    for name in ("batch", "seq_len", "horizon", "iters"):
-        if getattr(args, name) < 1:
-            raise WmzooError(f"--{name.replace('_', '-')} must be at least 1")
+    check_option(args.batch, WorldModelSpec, "batch_size", "--batch")
+    check_option(args.seq_len, WorldModelSpec, "seq_len", "--seq-len")
+    check_option(args.horizon, PolicySpec, "horizon", "--horizon")
+    if args.iters < 1:
+        raise WmzooError("--iters must be at least 1")
     if args.threads < 0 or args.warmup < 0:
         raise WmzooError("--threads and --warmup must be at least 0 (--threads 0: torch's default)")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    precisions = [p.strip() for p in args.precision.split(",")]
+    if "" in precisions:
+        raise WmzooError(f"--precision {args.precision!r}: an empty entry; give fp32, bf16 or fp32,bf16")
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
         args.iters, args.warmup, args.env, args.device, args.decode, precisions, args.compile,

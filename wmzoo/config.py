@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmzoo.errors import UnknownNameError, WmzooError
 from wmzoo.hookspecs import BackboneEntry, RunPreset
+from wmzoo.interfaces import EnvInfo
 from wmzoo.registry import default_registry
 from wmzoo.specs import (
     RESUMABLE_TRAIN_FIELDS,
@@ -80,6 +81,10 @@ def run_spec(
         if not isinstance(file.get(section) or {}, Mapping):
             raise WmzooError(f"--config {config}: {section} must be a mapping of fields, "
                              f"got {type(file[section]).__name__} {file[section]!r}")
+    for name in ("backbone", "env", "preset", "policy_name"):
+        if not isinstance(file.get(name, ""), str):
+            raise WmzooError(f"--config {config}: {name} must be a name (a string), "
+                             f"got {type(file[name]).__name__} {file[name]!r}")
     backbone = backbone or file.get("backbone") or DEFAULTS["backbone"]
     env = env or file.get("env") or DEFAULTS["env"]
     preset_name = preset_name or file.get("preset") or DEFAULTS["preset"]
@@ -196,26 +201,30 @@ def _unrooted(text: str, model_fields: Mapping[str, Any], policy_fields: Mapping
     return f"--set {text}: unknown field (keys start with model., policy., train. or seed){hint}"
 
 
-def check_fits_in_memory(run: RunSpec) -> None:
-    """Refuse, before anything is written, a run whose world model and policy cannot be trained in
-    this machine's memory: both are built on the meta device (no memory) for ``train.image_size``
-    RGB frames and 18 actions (Atari's full set), and their float32 weights, gradients and two
-    Adam moments are compared with the memory of ``train.device``. Only sizes that cannot work
-    at all are refused; a build that fails on the meta device is left to the real one."""
+def check_fits_in_memory(run: RunSpec, info: EnvInfo | None = None, rows: int | None = None) -> None:
+    """Refuse, before anything is written or allocated, a run whose world model, policy and one
+    batch cannot be trained in this machine's memory: both are built on the meta device (no
+    memory) for ``info``'s frames and actions (default: ``train.image_size`` RGB frames and 18
+    actions, Atari's full set); their float32 weights, gradients and two Adam moments, and a batch
+    of ``rows`` frames (default ``model.batch_size x model.seq_len``) as uint8 and float32, are
+    compared with the memory of ``train.device``. Only sizes that cannot work at all are refused
+    (activations are not counted); a build that fails on the meta device is left to the real one."""
     import os
+    from math import prod
 
     import torch
 
     from wmzoo.device import device_name
-    from wmzoo.interfaces import EnvInfo
-
     size = run.train.image_size
+    info = info or EnvInfo(run.env, (3, size, size), 18)
+    rows = run.model.batch_size * run.model.seq_len if rows is None else rows
     try:
         world_model, policy = build_on_meta(run, EnvInfo(run.env, (3, size, size), 18))
     except Exception:  # noqa: BLE001 - the real build reports its own error, with the real env
         return
     params = sum(p.numel() for module in (world_model, policy) for p in module.parameters())
-    need = params * 4 * 4
+    frames = rows * prod(info.obs_shape) * (1 + 4)
+    need = params * 4 * 4 + frames
     try:
         device = torch.device(device_name(run.train.device))
     except (RuntimeError, ValueError):  # the agent names a bad device in its own line
@@ -226,9 +235,9 @@ def check_fits_in_memory(run: RunSpec) -> None:
         have, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
     if need > have:
         raise WmzooError(
-            f"{run.backbone} at these sizes has {params / 1e9:.2f} B parameters: training needs at least "
-            f"{need / 2**30:.1f} GiB (float32 weights, gradients, two Adam moments), {where} "
-            f"{have / 2**30:.1f} GiB; choose a smaller preset or smaller model.* sizes"
+            f"{run.backbone} at these sizes has {params / 1e9:.2f} B parameters and {rows:,} frames a batch: "
+            f"training needs at least {need / 2**30:.1f} GiB (float32 weights, gradients, two Adam moments, "
+            f"the batch's frames), {where} {have / 2**30:.1f} GiB; choose a smaller preset or smaller sizes"
         )
 
 

@@ -410,3 +410,16 @@ def _shown(value: Any) -> str:
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     return json.dumps(value, default=str)
+
+
+def check_option(value: int | float, cls: type[Spec], field: str, option: str) -> None:
+    """One line when a command-line number lies outside the bounds of the spec field it stands for
+    (``--size`` is ``train.image_size``, ``--batch`` ``model.batch_size``): a command refuses the
+    sizes a run refuses, with the same range."""
+    low = high = None
+    for bound in cls.model_fields[field].metadata:
+        low = getattr(bound, "ge", low)
+        high = getattr(bound, "le", high)
+    if (low is not None and value < low) or (high is not None and value > high):
+        section = {TrainSpec: "train.", WorldModelSpec: "model.", PolicySpec: "policy."}.get(cls, "")
+        raise WmzooError(f"{option} {value}: must be between {low} and {high} (the range of {section}{field})")

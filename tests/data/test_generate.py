@@ -210,7 +210,7 @@ def test_mismatched_arguments_are_one_line_errors(tmp_path, capsys, extra, messa
         ("corrupt manifest", [], "manifest.json is corrupt"),
         (None, ["--split", "0.5,0.5"], "expected three non-negative numbers"),
         (None, ["--split", "0,1,1"], "with train > 0"),
-        (None, ["--workers", "0"], "must be at least 1"),
+        (None, ["--workers", "0"], "--workers 0: must be between 1 and 256"),
         (None, ["--env", "no-such-env"], "unknown environment"),
     ],
 )

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from wmzoo.atomic import write_text_atomic
+from wmzoo.config import check_fits_in_memory
 from wmzoo.device import check_precision, compile_failures, resolve_device
 from wmzoo.errors import WmzooError
 from wmzoo.imagination import ActFn, imagine, random_actions
@@ -260,6 +261,9 @@ def bench_specs(
 ) -> list[BenchRecord]:
     """:func:`run_bench` on resolved world-model specs ``(label, backbone, preset, spec)`` (a
     study's cells: their presets with the study's ``--set`` and width fields)."""
+    for _, name, p, spec in items:  # sizes that cannot fit, before anything is allocated or timed
+        check_fits_in_memory(bench_run(name, p, spec, info, device, "fp32", False, policy_overrides), info,
+                             batch * (seq_len + (horizon if mode == "imagine" else 0)))
     records = []
     for label, name, p, spec in items:
         first = None

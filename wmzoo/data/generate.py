@@ -33,6 +33,7 @@ from wmzoo.data.splits import PAPER_SPLIT, SPLITS, normalise_split, split_counts
 from wmzoo.data.store import ChunkName, read_chunk
 from wmzoo.errors import WmzooError
 from wmzoo.outputs import check_output_folder
+from wmzoo.specs import TrainSpec, check_option
 
 _MANIFEST_EVERY_S = 10.0  # how often a long run records its progress in the manifest
 _START_METHOD = "forkserver"
@@ -59,8 +60,10 @@ def generate(
     compute baselines on; a later call without it completes the dataset)."""
     from wmzoo.registry import env_info, make_env
 
-    if episodes < 1 or workers < 1 or size < 8:
-        raise WmzooError("--episodes and --workers must be at least 1 and --size at least 8")
+    if episodes < 1:
+        raise WmzooError("--episodes must be at least 1")
+    check_option(size, TrainSpec, "image_size", "--size")  # a run's bounds: up to 512 pixels, 256 envs
+    check_option(workers, TrainSpec, "envs", "--workers")
     root = check_output_folder(out, MANIFEST, "--out")
     args = Arguments(env, episodes, size, seed, normalise_split(split))
     existing = Manifest.read(root) if (root / MANIFEST).exists() else None

@@ -70,6 +70,7 @@ from wmzoo.envs.wrappers import resize_rgb
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.interfaces import EnvInfo
 from wmzoo.outputs import check_output_folder
+from wmzoo.specs import TrainSpec, check_option
 
 SUITES = {
     "libero_spatial": "libero-spatial",
@@ -290,8 +291,7 @@ def import_libero(
     checked before anything is written."""
     if not files:
         raise WmzooError("name at least one LIBERO .hdf5 file")
-    if size < 8:
-        raise WmzooError("--size must be at least 8")
+    check_option(size, TrainSpec, "image_size", "--size")  # a run's bounds
     if align not in ALIGNS:
         raise WmzooError(f"--align {align}: expected one of {', '.join(ALIGNS)}")
     if image_convention not in CONVENTIONS:

@@ -55,9 +55,23 @@ def _quiet(transformers: ModuleType) -> None:
 def _folder(path: str | Path, field: str, example: str) -> Path:
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise WmzooError(f"{field}={str(path)!r}: no such folder; point it at a local copy of the model "
+        what = "a file, not the model's folder" if folder.exists() else "no such folder"
+        raise WmzooError(f"{field}={str(path)!r}: {what}; point it at a local copy of the model "
                          f"(nothing downloads here; on a machine with network: {example})")
     return folder
+
+
+def _weights_error(field: str, folder: Path, err: Exception) -> str:
+    """One line for weights that do not load: the field, the weights file, and why. A pickle
+    (``pytorch_model.bin``) is never unpickled: it is named as not a safetensors file."""
+    files = [folder / name for name in ("model.safetensors", "pytorch_model.bin") if (folder / name).is_file()]
+    where = str(files[0]) if files else str(folder)
+    if type(err).__name__ == "UnpicklingError":
+        return (f"{field}: {where} is not a safetensors or weights-only file and is not unpickled; "
+                "save the model as model.safetensors (save_pretrained's default)")
+    if type(err).__name__ == "SafetensorError":
+        return f"{field}: {where} is not a readable safetensors file ({_first_line(err)})"
+    return f"{field}={str(folder)!r}: its weights do not load ({_first_line(err)})"
 
 
 class DINOv2Encoder(nn.Module):
@@ -87,8 +101,8 @@ class DINOv2Encoder(nn.Module):
             raise WmzooError(f"model.encoder_size={size} must be a multiple of the DINOv2 patch size {config.patch_size}")
         try:
             model = transformers.AutoModel.from_pretrained(folder, local_files_only=True)
-        except (OSError, ValueError, RuntimeError) as err:
-            raise WmzooError(f"{field}={str(path)!r}: its weights do not load ({_first_line(err)})") from None
+        except Exception as err:  # noqa: BLE001 - safetensors, pickle and transformers raise many types
+            raise WmzooError(_weights_error(field, folder, err)) from None
         model.eval().requires_grad_(False)
         self.__dict__["model"] = model  # not a submodule: kept out of parameters() and state_dict()
         self.size, self.patch = size, config.patch_size

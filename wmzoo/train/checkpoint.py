@@ -9,15 +9,18 @@ replaced by ``{"__tensor__": key}`` and each dict stored as key/value pairs so i
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from wmzoo import distributed
@@ -122,8 +125,19 @@ def save_checkpoint(path: str | Path, tree: dict[str, Any]) -> Path:
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(tree, tensors, "")
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": FORMAT, "tree": json.dumps(skeleton)})
+        try:
+            save_file(tensors, str(tmp), metadata={"format": FORMAT, "tree": json.dumps(skeleton)})
+        except SafetensorError as exc:  # a failed write (full disk, ...): the OSError it stands for
+            raise _os_error(exc, path) from None
     return path
+
+
+def _os_error(exc: SafetensorError, path: Path) -> OSError:
+    """The OSError inside safetensors' ``... I/O error: No space left on device (os error 28)``
+    (EIO where it names none), on the checkpoint's path, for the CLI's one line."""
+    code = re.search(r"\(os error (\d+)\)", str(exc))
+    number = int(code.group(1)) if code else errno.EIO
+    return OSError(number, os.strerror(number) if code else str(exc).splitlines()[0], str(path))
 
 
 def load_checkpoint(path: str | Path, sections: tuple[str, ...] = HEADER_SECTIONS + STATE_SECTIONS) -> dict[str, Any]:
