@@ -217,7 +217,7 @@ def test_performance_profile_counts_scores_strictly_above_tau():
 def test_mean_ci_over_seeds_is_the_student_t_interval():
     # Catches: the normal quantile (1.96) instead of t with n-1 dof, the population s.d., a NaN
     # seed counted as a value.
-    from wmzoo.eval.metrics import mean_ci_over_seeds
+    from wmzoo.eval.verdicts import mean_ci_over_seeds
 
     mean, low, high = mean_ci_over_seeds(np.array([[1.0, 5.0], [3.0, np.nan], [5.0, np.nan]]))
     assert mean.tolist() == [3.0, 5.0]

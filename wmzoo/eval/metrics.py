@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from wmzoo.errors import WmzooError
+from wmzoo.eval.verdicts import require_poolable
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # [..., runs, games] -> [...]
 
@@ -181,7 +182,6 @@ def aggregate_eval_files(
     on its env (game). A group is scored by human-normalised score when every file has one
     (Atari 100k games; optimality gap included), else by mean return (no optimality gap), which is
     refused over more than one env (raw returns of different envs are not pooled)."""
-    from wmzoo.eval.verdicts import require_poolable
 
     if not paths:
         raise WmzooError("aggregate needs at least one eval JSON file")
@@ -231,29 +231,6 @@ def format_aggregate(groups: list[dict[str, Any]]) -> str:
 
 
 # --------------------------------------------------------------------------- comparisons
-
-T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
-"""Two-sided 95 % quantiles of Student's t with 1..30 degrees of freedom (1.96 beyond)."""
-
-
-def mean_ci_over_seeds(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean over seeds and its 95 % Student-t interval, per point: ``values`` ``[seeds, points]``
-    (NaN where a seed lacks a point, which then counts the seeds it has). One seed: the interval
-    is the mean itself."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 2 or 0 in values.shape:
-        raise WmzooError(f"learning curves need a non-empty [seeds, points] matrix, got shape {values.shape}")
-    n = (~np.isnan(values)).sum(axis=0)
-    if (n == 0).any():
-        raise WmzooError("every point of a learning curve needs at least one seed's value")
-    mean = np.nanmean(values, axis=0)
-    sd = np.sqrt(np.nansum((values - mean) ** 2, axis=0) / np.maximum(n - 1, 1))
-    t = np.array([T_95[k - 2] if 2 <= k <= len(T_95) + 1 else (1.96 if k > 1 else 0.0) for k in n])
-    half = t * sd / np.sqrt(n)
-    return mean, mean - half, mean + half
-
 
 def _improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """P(X > Y) per replicate: ``x`` ``[..., runs_x, games]``, ``y`` ``[..., runs_y, games]``."""

@@ -47,6 +47,30 @@ T_INTERVAL = "95 % Student t over seeds"
 WELCH_INTERVAL = "95 % Welch t over seeds"
 
 
+T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+"""Two-sided 95 % quantiles of Student's t with 1..30 degrees of freedom (1.96 beyond)."""
+
+
+def mean_ci_over_seeds(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds and its 95 % Student-t interval, per point: ``values`` ``[seeds, points]``
+    (NaN where a seed lacks a point, which then counts the seeds it has). One seed: the interval
+    is the mean itself."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or 0 in values.shape:
+        raise WmzooError(f"learning curves need a non-empty [seeds, points] matrix, got shape {values.shape}")
+    n = (~np.isnan(values)).sum(axis=0)
+    if (n == 0).any():
+        raise WmzooError("every point of a learning curve needs at least one seed's value")
+    mean = np.nanmean(values, axis=0)
+    sd = np.sqrt(np.nansum((values - mean) ** 2, axis=0) / np.maximum(n - 1, 1))
+    t = np.array([T_95[k - 2] if 2 <= k <= len(T_95) + 1 else (1.96 if k > 1 else 0.0) for k in n])
+    half = t * sd / np.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the seeds support. ``holds``: the claim (beats the baseline, separated); ``estimate``:
@@ -82,8 +106,6 @@ def _values(scores: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
 
 def t_quantile(df: int) -> float:
     """Two-sided 95 % quantile of Student's t with ``df`` degrees of freedom (1.96 beyond 30)."""
-    from wmzoo.eval.metrics import T_95
-
     if df < 1:
         raise WmzooError("a t interval needs at least two seeds")
     return T_95[df - 1] if df <= len(T_95) else 1.96
@@ -91,9 +113,7 @@ def t_quantile(df: int) -> float:
 
 def t_interval(values: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
     """``(mean, low, high)``: the mean over seeds and its 95 % Student-t interval
-    (:func:`wmzoo.eval.metrics.mean_ci_over_seeds`; one seed: the mean itself)."""
-    from wmzoo.eval.metrics import mean_ci_over_seeds
-
+    (:func:`mean_ci_over_seeds`; one seed: the mean itself)."""
     mean, low, high = mean_ci_over_seeds(_values(values, "a t interval")[:, None])
     return float(mean[0]), float(low[0]), float(high[0])
 

@@ -367,7 +367,7 @@ def cell_curve(path: Path, offline: bool) -> dict[int, float]:
 
 def curves(study: StudySpec, cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[str, list[float]]]]:
     """``{env: {label: {x, mean, low, high, seeds}}}`` over the done cells' seeds."""
-    from wmzoo.eval.metrics import mean_ci_over_seeds
+    from wmzoo.eval.verdicts import mean_ci_over_seeds
 
     grouped: dict[tuple[str, str], list[dict[int, float]]] = {}
     for cell in cells:
