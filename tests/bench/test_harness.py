@@ -51,6 +51,7 @@ def test_bench_reports_the_segment_length(tmp_path):
     assert record["segment"] == 16 and record["seq_len"] == 40
 
 
+@pytest.mark.heavy
 def test_bench_env_mode(tmp_path, capsys):
     pytest.importorskip("minigrid")
     path = tmp_path / "env.json"

@@ -149,6 +149,7 @@ def test_a_leftover_of_an_atomic_write_is_removed_on_the_next_run(tmp_path):
     assert not leftover.exists()
 
 
+@pytest.mark.heavy
 def test_an_interrupted_pool_stops_its_workers_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(gen, "_MANIFEST_EVERY_S", -1.0)  # record (and log) after every episode
     progress: list[str] = []

@@ -32,6 +32,8 @@ STUDY = {
             "model.batch_size": 2, "model.seq_len": 8},
 }
 
+pytestmark = pytest.mark.heavy  # real subprocess cells (run, then eval/evaluate): CI's second step
+
 
 def _study_process(spec: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "wmzoo.cli", "study", "run", str(spec), "--out", str(out),

@@ -51,7 +51,7 @@ def test_minigrid_run_eval_imagine_resume(capsys, tmp_path):
     code, out, _ = _run(capsys, "eval", "--checkpoint", str(logdir / "checkpoint.safetensors"),
                         "--episodes", "2", "--max-steps", "50", "--json", str(tmp_path / "eval.json"))
     assert code == 0
-    returns = [float(x) for x in re.findall(r"episode \d: return (-?[\d.]+)", out)]
+    returns = [float(x) for x in re.findall(r"episode \d of \d: return (-?[\d.]+)", out)]
     mean = float(re.search(r"mean return over 2 episodes: (-?[\d.]+)", out).group(1))
     assert len(returns) == 2 and mean == pytest.approx(np.mean(returns), abs=1e-3)
 
@@ -76,6 +76,7 @@ def test_minigrid_run_eval_imagine_resume(capsys, tmp_path):
     assert len(Replay.load(logdir / "replay")) >= rows_before + 20  # old experience kept
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("env", ["crafter", "atari-pong"])
 def test_crafter_and_atari_tiny(capsys, tmp_path, env):
     module = {"crafter": "crafter", "atari-pong": "ale_py"}[env]
@@ -98,6 +99,7 @@ def test_crafter_and_atari_tiny(capsys, tmp_path, env):
     assert baseline == reports[1]["random"]
 
 
+@pytest.mark.heavy
 def test_memory_maze_tiny(capsys, tmp_path):
     pytest.importorskip("memory_maze")
     logdir, _ = _train(capsys, tmp_path, "memory-maze-9x9", steps=230)

@@ -88,6 +88,7 @@ def _finish(logdir: Path, steps: int) -> None:
     assert leftovers == []
 
 
+@pytest.mark.heavy
 def test_a_killed_run_resumes_from_its_checkpoint(tmp_path):
     # Catches: a checkpoint torn by kill -9 (not written atomically), replay rows counted by the
     # checkpoint but not on disk (no flush before it), a resume that restarts its counters, a
