@@ -3,22 +3,18 @@ learning-rate warm-up (the commands it would run are captured, nothing is traine
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "distracting_memory.py"
+from benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("distracting_memory", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("distracting_memory")
 
 
 def run_args(bench, monkeypatch, tmp_path, frames: int) -> dict[str, dict[str, str]]:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "learning_check.py"
+from benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("learning_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("learning_check")
 
 
 def test_a_kept_mean_and_sem_give_the_same_moments_as_the_returns(check):

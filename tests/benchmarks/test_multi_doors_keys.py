@@ -3,12 +3,13 @@ the task's own readouts (the commands it would run are captured, nothing is trai
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmark_scripts import load_script
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 
@@ -16,10 +17,7 @@ BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 @pytest.fixture
 def mdk(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # the script imports distracting_memory beside it
-    spec = importlib.util.spec_from_file_location("multi_doors_keys", BENCHMARKS / "multi_doors_keys.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("multi_doors_keys")
 
 
 def fake_run(mdk, monkeypatch, tmp_path, gate_passes: bool) -> list[tuple]:

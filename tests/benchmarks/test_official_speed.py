@@ -5,21 +5,16 @@ benchmarks/README.md.)"""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
-import torch
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+from benchmark_scripts import load_script
+import torch
 
 
 @pytest.fixture(scope="module")
 def official_speed():
-    spec = importlib.util.spec_from_file_location("official_speed", BENCHMARKS / "official_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("official_speed")
 
 
 def test_configs_read_as_the_official_loaders_read_them(official_speed):
