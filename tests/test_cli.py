@@ -114,3 +114,14 @@ def test_spec_prints_the_parameters_of_each_component(capsys):
     env.close()
     assert counts["world model / tokenizer"] == sum(p.numel() for p in wm.tokenizer.parameters())
     assert set(counts) == {"world model / tokenizer", "world model / world_model", "policy iris-ac"}
+
+
+def test_bench_help_gives_every_size_its_meaning_and_default(capsys):
+    # Catches: `wmzoo bench --help` listing --batch, --iters and --warmup without what they mean
+    # or their defaults.
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--batch BATCH", 16), ("--iters ITERS", 5), ("--warmup WARMUP", 1), ("--seq-len SEQ_LEN", 64)):
+        after = text.split(f"{option} ", 2)[-1]
+        assert f"(default: {default})" in after.split(" --")[0], (option, after[:120])

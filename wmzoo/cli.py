@@ -122,12 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=20_000)
     p.add_argument("--device", help=DEVICE_HELP)
 
-    p = sub.add_parser("bench", help="time world-model training or imagination, or env stepping, side by side")
+    p = sub.add_parser("bench", help="time world-model training or imagination, or env stepping, side by side", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--backbones", help="NAME[:PRESET],... e.g. rssm:paper,s4wm:paper (train, imagine)")
     p.add_argument("--mode", required=True, choices=("train", "imagine", "env"),
                    help="env: env steps/s of --env under random actions, 1 env vs --envs in-process and in processes")
     p.add_argument("--preset", default="tiny", help="preset for names without :PRESET")
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, default=16, help="sequences per batch (train) or imagined in parallel (imagine)")
     p.add_argument("--seq-len", type=int, default=64, help="training length (train) or context (imagine)")
     p.add_argument("--horizon", type=int, default=15, help="imagined steps (imagine)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations")
