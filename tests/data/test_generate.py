@@ -277,3 +277,38 @@ def test_babyai_dataset_is_expert_demonstrations_with_missions(tmp_path):
     assert len(episodes) == 8
     assert all(e["reward"].sum() > 0 and e["mission"].dtype.kind == "U" for e in episodes)
     assert all(str(e["mission"][0]).startswith("go to") for e in episodes)
+
+
+@pytest.mark.heavy  # a real `wmzoo data generate` with worker processes, stopped by its process group
+def test_sigterm_to_the_whole_process_group_stops_generation_within_seconds(tmp_path):
+    # Catches: SIGTERM sent to the process group (as `timeout` and shells send it) killing a pool
+    # worker while it held the task queue's lock, so the parent printed its interruption line and
+    # then hung in Pool.terminate() for good; and the run not resuming afterwards.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "ds"
+    # 3 workers, 4 long episodes: once the first three are written, two workers wait for work (a
+    # pool's idle worker blocks in the task queue's get() holding its lock) while one records
+    argv = [sys.executable, "-m", "wmzoo.cli", "data", "generate", "--env", "distracting-memory-400", "--episodes",
+            "4", "--size", "16", "--workers", "3", "--out", str(root)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while len(list(root.rglob("*.npz"))) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    start = time.time()
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert time.time() - start < 15, f"took {time.time() - start:.1f} s to stop"
+    assert proc.returncode == 2 and len(lines) == 1 and "interrupted after" in lines[0], (proc.returncode, err)
+    listed = Manifest.read(root).files
+    assert listed and all(sha256(root / e.file) == e.sha256 for e in listed.values())
+    assert not any(p.name.endswith(".tmp") for p in root.rglob("*"))

@@ -9,9 +9,10 @@ the episodes whose checksums verify and generates the rest, so an interrupted ru
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,41 +161,89 @@ def write_episode_file(root: Path, args: Arguments, index: int, data: dict[str, 
 
 
 def _run(manifest: Manifest, root: Path, todo: list[int], workers: int, log: Any) -> None:
-    """Generate ``todo`` (in-process or with a pool), recording each file in the manifest
-    (:func:`recording`)."""
+    """Generate ``todo`` (in-process, or split among ``workers`` processes of our own), recording
+    each file in the manifest (:func:`recording`).
+
+    Worker processes, not a ``multiprocessing.Pool``: a pool's ``terminate()`` takes its task
+    queue's lock, and a worker killed while holding it (SIGTERM sent to the whole process group,
+    as ``timeout`` and shells do) leaves that lock taken forever, so the parent hung after saying
+    it was interrupted. Here each worker records its own share of ``todo`` and sends back the
+    entries; on any exit the parent kills the workers and waits for them, holding no lock of
+    theirs."""
     args = manifest.args
-    pool = None
+    workers = min(workers, len(todo)) or 1
     workers_text = f", {workers} worker{'s' if workers > 1 else ''}"
     with recording(manifest, root, todo, "generating", log, workers_text) as add:
-        try:
-            if workers == 1:
-                _init_worker(args, str(root), ignore_sigint=False)
-                results: Iterable[EpisodeFile] = map(_work, todo)
-            else:
-                context = multiprocessing.get_context(_START_METHOD)
-                if _START_METHOD == "forkserver":
-                    context.set_forkserver_preload([__name__, "wmzoo.registry"])
-                pool = context.Pool(workers, initializer=_init_worker, initargs=(args, str(root), True))
-                results = pool.imap_unordered(_work, todo)
-            for entry in results:
-                add(entry)
-        finally:  # stop the workers before recording() removes partial files
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-            if "env" in _WORKER:
+        if workers == 1:
+            _init_worker(args, str(root), ignore_signals=False)
+            try:
+                for index in todo:
+                    add(_work(index))
+            finally:
                 _WORKER.pop("env").close()
+            return
+        context = multiprocessing.get_context(_START_METHOD)
+        if _START_METHOD == "forkserver":
+            context.set_forkserver_preload([__name__, "wmzoo.registry"])
+        results = context.Queue()
+        processes = [context.Process(target=_worker, args=(args, str(root), todo[i::workers], results), daemon=True)
+                     for i in range(workers)]
+        try:
+            for process in processes:
+                process.start()
+            for _ in todo:
+                add(_next_result(results, processes))
+        finally:  # stop the workers before recording() removes partial files
+            for process in processes:
+                if process.is_alive():
+                    process.kill()
+            for process in processes:
+                if process.pid is not None:
+                    process.join()
+            results.close()
+            results.cancel_join_thread()  # what a killed worker left in the pipe is not waited for
+
+
+def _next_result(results: Any, processes: list[Any]) -> EpisodeFile:
+    """The next entry a worker sent (a worker's exception is raised here); one line when a worker
+    died without sending one."""
+    while True:
+        try:
+            item = results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                raise WmzooError(f"a process recording episodes died (exit code {dead[0]}); run the same "
+                                 "command again to continue from the episodes already written") from None
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+def _worker(args: Arguments, root: str, indices: list[int], results: Any) -> None:
+    """A worker process: record ``indices`` and send each entry (or the exception that stopped it)."""
+    _init_worker(args, root, ignore_signals=True)
+    try:
+        for index in indices:
+            results.put(_work(index))
+    except Exception as exc:  # noqa: BLE001 - the parent raises it as the pool did
+        results.put(exc)
+    finally:
+        _WORKER.pop("env").close()
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(args: Arguments, root: str, ignore_sigint: bool) -> None:
-    """Make the worker's env once; pool workers leave Ctrl-C to the parent, which ends them."""
+def _init_worker(args: Arguments, root: str, ignore_signals: bool) -> None:
+    """Make the worker's env once; worker processes leave Ctrl-C and SIGTERM to the parent, which
+    kills them (SIGKILL) when it stops."""
     from wmzoo.registry import make_env
 
-    if ignore_sigint:
+    if ignore_signals:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _WORKER.update(args=args, root=Path(root), env=make_env(args.env, seed=args.seed, size=args.size))
 
 
