@@ -371,7 +371,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run, logdir, data, imitation = _resumed_run(args, overrides)
         _check_parallel(run, nproc, logdir, resume=True)
         if nproc > distributed.launched():
-            return _launch(nproc, argv_of(args))
+            return _launch(nproc, argv_of(args), logdir)
         distributed.setup(device_name(run.train.device))
         quiet = quiet and distributed.is_main()
         if imitation:
@@ -395,7 +395,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir or f"runs/{run.backbone}-{run.env}-{run.preset}")
     _check_parallel(run, nproc, logdir, resume=False)
     if nproc > distributed.launched():
-        return _launch(nproc, argv_of(args))
+        return _launch(nproc, argv_of(args), logdir)
     distributed.setup(device_name(run.train.device))
     quiet = quiet and distributed.is_main()
     if args.imitation:
@@ -467,29 +467,51 @@ def argv_of(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _launch(nproc: int, argv: list[str]) -> int:
+def _launch(nproc: int, argv: list[str], logdir: Path) -> int:
     """``wmzoo run --nproc N``: the same command under torchrun on this machine, N processes
     (one thread each unless train.threads or OMP_NUM_THREADS say otherwise); exit code 2 when
-    a rank failed."""
+    a rank failed, with one line: the ranks' own error line, or, for a rank lost to a signal
+    (killed, out of memory), which rank and the checkpoint to resume from. torchrun's tracebacks
+    are kept from the user (:mod:`wmzoo.launcher`)."""
     import subprocess
+
+    from wmzoo.launcher import RankOutput, lost_rank_line
 
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc-per-node", str(nproc), "-m", "wmzoo.cli", *argv]
-    launcher = subprocess.Popen(command, env=env)
+    launcher = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+    assert launcher.stderr is not None
+    output = RankOutput(launcher.stderr, sys.stderr.buffer)
+    stopped = False  # the user's Ctrl-C or SIGTERM: the ranks' own lines say what they saved
+
+    def forward(signum: int, frame: Any) -> None:
+        nonlocal stopped
+        stopped = True
+        launcher.send_signal(signal.SIGTERM)
+
     # SIGTERM reaches torchrun, which passes it to every rank: each flushes its replay and rank 0
     # writes the checkpoint, as in one process (Ctrl-C reaches them all from the terminal)
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: launcher.send_signal(signal.SIGTERM))
+    previous = signal.signal(signal.SIGTERM, forward)
     try:
         while True:
             try:
                 code = launcher.wait()
                 break
             except KeyboardInterrupt:
+                stopped = True
                 continue  # the ranks got it too; wait for their checkpoint
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return 0 if code == 0 else 2
+        output.join()
+    if code == 0:
+        return 0
+    lost = output.failure is not None and output.failure.exitcode < 0 and not stopped
+    if lost or not output.errors:
+        raise WmzooError(lost_rank_line(output.failure, nproc, logdir))
+    for line in dict.fromkeys(output.errors):
+        print(line, file=sys.stderr)
+    return 2
 
 
 def _resumed_run(args: argparse.Namespace, overrides: list[str]) -> tuple[RunSpec, Path, Path | None, bool]:

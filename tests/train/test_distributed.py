@@ -115,7 +115,7 @@ def test_wmzoo_run_nproc_2_end_to_end_and_resume(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("checkpoint:") == 1  # rank 0 alone reports
     assert sorted(p.name for p in logdir.iterdir()) == [
-        "checkpoint.safetensors", "imagination.gif", "replay", "replay-rank1", "run.yaml", "tb"]
+        "checkpoint.safetensors", "imagination.gif", "progress.json", "replay", "replay-rank1", "run.yaml", "tb"]
     assert len([p for p in (logdir / "tb").rglob("*") if p.is_file()]) == 1
     assert not any(p.name.endswith(".tmp") for p in logdir.rglob("*"))
     assert not np.array_equal(_chunk_obs(logdir / "replay"), _chunk_obs(logdir / "replay-rank1"))
@@ -137,3 +137,92 @@ def test_wmzoo_run_nproc_2_end_to_end_and_resume(tmp_path):
     assert one.stderr.strip().splitlines() == [
         f"wmzoo: error: --resume: the run in {logdir} trained on 2 process(es), not 1; resume it --nproc 2 "
         "(its global batch and per-rank replays depend on it)"]
+
+
+TORCHRUN_STDERR = b"""\
+progress 10%\rprogress 20%\r[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/main/wmzoo/distributed.py", line 94, in average_gradients
+[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:59624: Connection reset by peer.
+W1128 02:00:58.494000 26877 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 26886 closing signal SIGTERM
+E1128 02:00:58.534000 26877 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1
+wmzoo: error: interrupted
+Traceback (most recent call last):
+  File "/work/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+wmzoo.cli FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 26886)  (SIGTERM)
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 26887)  (SIGKILL)
+  traceback : Signal 9 (SIGKILL) received by PID 26887
+=======================================================
+"""
+
+
+def test_torchruns_tracebacks_are_kept_back_and_its_root_cause_read(tmp_path):
+    # Catches: torchrun's 84 lines (rank tracebacks, agent logs, the ChildFailedError summary)
+    # reaching the user, progress bars held until a newline, the root cause read from the
+    # "Failures" section (rank 0, SIGTERM) instead of "Root Cause" (rank 1, SIGKILL), or the
+    # lost-rank line not naming the checkpoint to resume from.
+    import io
+
+    from wmzoo.launcher import RankOutput, lost_rank_line
+
+    sink = io.BytesIO()
+    output = RankOutput(io.BufferedReader(io.BytesIO(TORCHRUN_STDERR)), sink)
+    output.join()
+    assert sink.getvalue() == b"progress 10%\rprogress 20%\r"
+    assert (output.failure.rank, output.failure.exitcode) == (1, -9)
+    assert output.errors == ["wmzoo: error: interrupted"]
+    (tmp_path / "checkpoint.safetensors").write_bytes(b"x")
+    assert lost_rank_line(output.failure, 2, tmp_path) == (
+        f"rank 1 of 2 stopped (killed by SIGKILL), so the data-parallel run stopped; the last checkpoint is "
+        f"{tmp_path / 'checkpoint.safetensors'}: continue with `wmzoo run --logdir {tmp_path} --resume --nproc 2`")
+
+
+@pytest.mark.heavy  # a real 2-rank run, one rank killed
+def test_a_lost_rank_is_one_line_naming_it_and_the_run_resumes(tmp_path):
+    # Catches: a rank lost to SIGKILL ending in 84 lines of torchrun's and the survivor's
+    # tracebacks with no `wmzoo: error:` line, or in a line that names neither the rank nor the
+    # checkpoint; and the kept checkpoint not resuming.
+    import signal
+    import time
+
+    logdir = tmp_path / "run"
+    argv = [sys.executable, "-m", "wmzoo.cli", "run", "--backbone", "rssm", "--env", "minigrid-empty-5x5",
+            "--preset", "tiny", "--logdir", str(logdir), "--no-progress", "--nproc", "2", "--steps", "100000",
+            "--set", "train.checkpoint_every=200"]
+    proc = subprocess.Popen(argv, env=_env(WMZOO_TEST_RUN=str(tmp_path)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (logdir / "checkpoint.safetensors").is_file() and time.time() < deadline:
+        time.sleep(0.5)
+    rank1 = [pid for pid in os.listdir("/proc") if pid.isdigit() and _environ(pid).get("RANK") == "1"
+             and _environ(pid).get("WMZOO_TEST_RUN") == str(tmp_path)]
+    assert len(rank1) == 1, rank1
+    os.kill(int(rank1[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("wmzoo: error: rank 1 of 2 stopped (killed by SIGKILL)") and "--resume --nproc 2" in lines[0]
+    assert "Traceback" not in err
+    resumed = subprocess.run([sys.executable, "-m", "wmzoo.cli", "run", "--logdir", str(logdir), "--resume", "--nproc",
+                              "2", "--steps", "400", "--no-progress"], env=_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert load_checkpoint(logdir / "checkpoint.safetensors")["progress"]["env_steps"] == 400
+
+
+def _environ(pid: str) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
