@@ -141,3 +141,19 @@ def test_resume_spec_changes_only_resumable_train_fields():
     assert run.model_dump(exclude={"train"}) == {k: v for k, v in saved.items() if k != "train"}
     with pytest.raises(WmzooError, match="model.deter=3: cannot change on --resume"):
         resume_spec(saved, ["model.deter=3"])
+
+
+def test_the_memory_check_builds_the_model_for_the_env_it_is_given(monkeypatch):
+    # Catches: check_fits_in_memory sizing the model for its default 18-action RGB frames when the
+    # caller (wmzoo bench --env) passed the env's own shapes.
+    import wmzoo.config as config
+    from wmzoo.interfaces import EnvInfo
+
+    seen = []
+    real = config.build_on_meta
+    monkeypatch.setattr(config, "build_on_meta", lambda run, info: seen.append(info) or real(run, info))
+    run = config.run_spec("rssm", "minigrid-empty-5x5", "tiny", None, None, None, [])
+    info = EnvInfo("minigrid-empty-5x5", (3, 32, 32), 7)
+    config.check_fits_in_memory(run, info)
+    config.check_fits_in_memory(run)
+    assert seen == [info, EnvInfo("minigrid-empty-5x5", (3, run.train.image_size, run.train.image_size), 18)]

@@ -41,7 +41,7 @@ from wmzoo.specs import (
 )
 
 if TYPE_CHECKING:
-    from wmzoo.interfaces import EnvInfo, Policy, WorldModel
+    from wmzoo.interfaces import Policy, WorldModel
 
 SECTIONS = ("model", "policy", "train")
 DEFAULTS = {"backbone": "rssm", "env": "minigrid-empty-5x5", "preset": "tiny"}
@@ -219,7 +219,7 @@ def check_fits_in_memory(run: RunSpec, info: EnvInfo | None = None, rows: int | 
     info = info or EnvInfo(run.env, (3, size, size), 18)
     rows = run.model.batch_size * run.model.seq_len if rows is None else rows
     try:
-        world_model, policy = build_on_meta(run, EnvInfo(run.env, (3, size, size), 18))
+        world_model, policy = build_on_meta(run, info)
     except Exception:  # noqa: BLE001 - the real build reports its own error, with the real env
         return
     params = sum(p.numel() for module in (world_model, policy) for p in module.parameters())
