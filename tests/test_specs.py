@@ -137,5 +137,5 @@ def test_spec_field_lines_show_the_resolved_value_the_labelled_default_and_reada
     out = capsys.readouterr().out
     assert "\n  batch_size: 4\n" in out
     lines = {line.split(" = ")[0].lstrip("# *"): line for line in out.splitlines() if " = " in line}
-    assert "model.batch_size = 4 (default 16; >= 1; <= 4096)" in lines["model.batch_size"]
+    assert "model.batch_size = 4 (default 16; ≥ 1, ≤ 4096)" in lines["model.batch_size"]
     assert "Ge(" not in out and "Le(" not in out

@@ -25,12 +25,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import annotated_types
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from wmzoo.hookspecs import BackboneEntry
-from wmzoo.specs import TRAIN_PRESETS, Spec, TrainSpec, iter_fields
+from wmzoo.specs import TRAIN_PRESETS, Spec, TrainSpec, bounds, iter_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDARD_PRESETS = ("tiny", "small", "paper")
@@ -112,19 +111,6 @@ def _about(action: argparse.Action) -> str:
 
 
 # --------------------------------------------------------------------------- specs
-
-
-def bounds(info: FieldInfo) -> str:
-    """``≥ 1, ≤ 4096``: a field's bounds as a reader writes them."""
-    signs = {annotated_types.Ge: ("≥", "ge"), annotated_types.Gt: (">", "gt"),
-             annotated_types.Le: ("≤", "le"), annotated_types.Lt: ("<", "lt"),
-             annotated_types.MultipleOf: ("multiple of", "multiple_of"),
-             annotated_types.MinLen: ("length ≥", "min_length"), annotated_types.MaxLen: ("length ≤", "max_length")}
-    parts = []
-    for item in info.metadata:
-        sign = signs.get(type(item))
-        parts.append(f"{sign[0]} {getattr(item, sign[1])}" if sign else str(item))
-    return ", ".join(parts)
 
 
 def type_name(annotation: Any) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import annotated_types
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -372,7 +373,7 @@ def iter_fields(cls: type[Spec], prefix: str = "") -> Iterator[tuple[str, FieldI
 def field_help(cls: type[Spec], prefix: str = "", values: Spec | None = None) -> Iterable[str]:
     """``name = value (default D; bounds)  description`` lines for every field, recursing into
     sub-specs: the value ``values`` (the resolved spec, e.g. a preset) holds, and the class default
-    beside it where the two differ; bounds read ``>= 1, <= 4096``."""
+    beside it where the two differ; bounds as :func:`bounds` writes them (``≥ 1, ≤ 4096``)."""
     try:
         defaults: Spec | None = cls()  # a sub-spec's defaults as the parent spec sets them
     except ValidationError:
@@ -383,21 +384,22 @@ def field_help(cls: type[Spec], prefix: str = "", values: Spec | None = None) ->
             default = _field_value(defaults, path.removeprefix(prefix))
         value = default if values is None else _field_value(values, path.removeprefix(prefix))
         notes = [] if value == default else [f"default {_shown(default)}"]
-        notes += [bound for m in info.metadata if (bound := _bound(m))]
+        notes += [bound] if (bound := bounds(info)) else []
         extra = f" ({'; '.join(notes)})" if notes else ""
         yield f"{path} = {_shown(value)}{extra}  {info.description or ''}".rstrip()
 
 
-_BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "multiple_of": "multiple of", "min_length": "length >=",
-           "max_length": "length <="}
-
-
-def _bound(meta: Any) -> str:
-    """``>= 1`` for pydantic's ``Ge(ge=1)`` (annotated_types); other metadata: its repr."""
-    for attr, word in _BOUNDS.items():
-        if hasattr(meta, attr):
-            return f"{word} {getattr(meta, attr)}"
-    return str(meta)
+def bounds(info: FieldInfo) -> str:
+    """``≥ 1, ≤ 4096``: a field's bounds as a reader writes them."""
+    signs = {annotated_types.Ge: ("≥", "ge"), annotated_types.Gt: (">", "gt"),
+             annotated_types.Le: ("≤", "le"), annotated_types.Lt: ("<", "lt"),
+             annotated_types.MultipleOf: ("multiple of", "multiple_of"),
+             annotated_types.MinLen: ("length ≥", "min_length"), annotated_types.MaxLen: ("length ≤", "max_length")}
+    parts = []
+    for item in info.metadata:
+        sign = signs.get(type(item))
+        parts.append(f"{sign[0]} {getattr(item, sign[1])}" if sign else str(item))
+    return ", ".join(parts)
 
 
 def _field_value(spec: Spec, dotted: str) -> Any:
