@@ -55,3 +55,22 @@ def test_epsilon_one_collects_the_random_actions_of_prefill(tmp_path):
     assert np.array_equal(random, explored)
     assert np.array_equal(random[:40], policy[:40])  # the prefill itself
     assert not np.array_equal(random, policy)  # the policy's own choices afterwards
+
+
+@pytest.mark.parametrize(("ratio", "done", "final"), [(64, 0, 0), (0.6 * 64, 0, 5), (64, 230, 0), (32, 500, 3)])
+def test_a_budgets_updates_are_what_the_loop_credits(ratio, done, final):
+    # Catches: the header line's update count drifting from the loop's credit (the prefill counted
+    # as training, a resumed run's done steps counted again, the final updates left out, or a rate
+    # like 0.6 an env step losing its last update to rounding).
+    from wmzoo.train.checkpoint import Progress
+    from wmzoo.train.schedule import Schedule
+
+    run = run_spec("rssm", "minigrid-empty-5x5", "tiny", None, None, None,
+                   [f"train.train_ratio={ratio}", "train.steps=700", "train.prefill=200", f"train.final_updates={final}"])
+    schedule = Schedule(run.train, run.policy, run.model.batch_size * run.model.seq_len)
+    progress, counted = Progress(env_steps=done), 0
+    while progress.env_steps < run.train.steps:  # the loop: a step of every env, credited once collected
+        prefill = progress.env_steps < run.train.prefill
+        progress.env_steps += run.train.envs
+        counted += 0 if prefill else schedule.due(progress)
+    assert schedule.updates(done) == counted + final

@@ -34,17 +34,18 @@ import yaml
 from wmzoo import distributed
 from wmzoo.atomic import remove_temporaries, write_text_atomic
 from wmzoo.data import Replay
-from wmzoo.outputs import check_output_folder
 from wmzoo.data.dataset import recorded_env_info
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.outputs import check_output_folder
 from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
 from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
 from wmzoo.train.logger import Logger, strip, write_rollout
 from wmzoo.train.nonfinite import kept_checkpoint, nonfinite_hint, nonfinite_tensors
+from wmzoo.train.schedule import Schedule
 
 CHECKPOINT = "checkpoint.safetensors"
 GIF = "imagination.gif"
@@ -107,8 +108,7 @@ def announce(agent: Agent, logdir: Path, mode: str, done: int) -> None:
     params = sum(p.numel() for module in (agent.world_model, agent.policy) for p in module.parameters() if p.requires_grad)
     if mode == "online":
         spec = agent.world_model.spec
-        collected = max(0, T.steps - max(T.prefill, done)) * T.train_ratio / (spec.batch_size * spec.seq_len)
-        updates = int(collected) + T.final_updates
+        updates = Schedule(T, agent.policy.spec, spec.batch_size * spec.seq_len).updates(done)
         budget = (f"{T.steps:,} env steps (prefill {T.prefill:,}; about {updates:,} world-model updates: "
                   f"train_ratio {T.train_ratio:g} / batch {spec.batch_size} x {spec.seq_len}"
                   f"{f', then {T.final_updates:,} final' if T.final_updates else ''})")

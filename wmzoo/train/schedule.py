@@ -38,6 +38,12 @@ class Schedule:
             owed += 1
         return owed
 
+    def updates(self, done: int = 0) -> int:
+        """World-model updates the env steps from ``done`` to ``train.steps`` earn, as :meth:`due`
+        credits them (the prefill earns none), and the final updates: a run's budget in updates."""
+        collected = max(0, self.train.steps - max(self.train.prefill, done))
+        return int(collected * self.train.train_ratio / self.rows + 1e-9) + self.train.final_updates
+
     def policy_updates(self, update: int) -> int:
         """Policy updates after the 1-based world-model update ``update``: ``policy_updates``
         on every ``policy_every``-th once ``policy.start`` updates are done, else none."""
