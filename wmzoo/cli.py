@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=20_000)
     p.add_argument("--device", help=DEVICE_HELP)
 
-    p = sub.add_parser("bench", help="time world-model training or imagination, or env stepping, side by side", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = sub.add_parser("bench", help="time world-model training or imagination, or env stepping, side by side",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--backbones", help="NAME[:PRESET],... e.g. rssm:paper,s4wm:paper (train, imagine)")
     p.add_argument("--mode", required=True, choices=("train", "imagine", "env"),
                    help="env: env steps/s of --env under random actions, 1 env vs --envs in-process and in processes")

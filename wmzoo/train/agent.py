@@ -188,8 +188,9 @@ class Agent(nn.Module):
     def load_state_tree(self, tree: dict[str, Any], source: str = "checkpoint") -> None:
         """Load a checkpoint's weights and optimizer states; a tree that does not fit this agent
         (missing or unexpected tensors, other shapes: another model format or preset; another
-        dtype: an edited header) is one line naming the first mismatch, checked before any use. Checkpoints from before policies stepped through
-        :class:`wmzoo.optim.Optimizer` (a policy ``updates`` buffer, raw AdamW states) load too."""
+        dtype: an edited header) is one line naming the first mismatch, checked before any use.
+        Checkpoints from before policies stepped through :class:`wmzoo.optim.Optimizer` (a policy
+        ``updates`` buffer, raw AdamW states) load too."""
         policy = dict(tree["policy"])
         legacy = policy.pop("updates", None) if "updates" not in self.policy.state_dict() else None
         for part, saved, module in (("world_model", tree["world_model"], self.world_model), ("policy", policy, self.policy)):
