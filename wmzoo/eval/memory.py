@@ -191,18 +191,27 @@ class ImaginationBaselines:
                 "best_constant": {"recon_mse": self.context.mean_frame_error, "gen_mse": self.query.mean_frame_error}}
 
 
-def imagination_baselines(data: str | Path, split: str = "test", episodes: int | None = None,
-                          context: int | None = None) -> dict[str, Any]:
-    """:class:`ImaginationBaselines` of the episodes ``wmzoo evaluate --protocol imagination``
-    scores with the same arguments (no model needed): ``{"baselines": ..., "episodes": N,
-    "skipped_episodes": N}``."""
+def scored_episodes(data: str | Path, split: str, episodes: int | None, context: int | None, skip_short: bool
+                    ) -> tuple[Manifest, Iterator[dict[str, np.ndarray]], list[int]]:
+    """What a protocol scores: the dataset's manifest (``context`` rows observed where the dataset
+    has no context phase) and the first ``episodes`` episodes of ``split``, read lazily, less those
+    too short for that fixed context when ``skip_short`` (their indices fill the list returned)."""
     manifest = Manifest.read(Path(data))
     if context is not None and manifest.context_length is None:
         manifest = dataclasses.replace(manifest, context_length=context)
     stream = iter_episodes(data, split, episodes)
     skipped: list[int] = []
-    if context is not None:
+    if skip_short:
         stream = long_enough(stream, manifest, skipped)
+    return manifest, stream, skipped
+
+
+def imagination_baselines(data: str | Path, split: str = "test", episodes: int | None = None,
+                          context: int | None = None) -> dict[str, Any]:
+    """:class:`ImaginationBaselines` of the episodes ``wmzoo evaluate --protocol imagination``
+    scores with the same arguments (no model needed): ``{"baselines": ..., "episodes": N,
+    "skipped_episodes": N}``."""
+    manifest, stream, skipped = scored_episodes(data, split, episodes, context, skip_short=context is not None)
     found = ImaginationBaselines()
     for batch, _, rows in batches(stream, manifest):
         found.add(batch.obs.numpy(), rows)
@@ -545,9 +554,8 @@ def evaluate_memory(
     plot = {"imagination": out / "imagination.png", "recall": out / "recall.png"}.get(protocol)
     if plot is not None:
         check_output(plot, IMAGE, "--out")
-    manifest = Manifest.read(Path(data))
-    if context is not None and manifest.context_length is None:
-        manifest = dataclasses.replace(manifest, context_length=context)
+    fixed_context = context is not None and protocol != "probing"  # --context given: count what it leaves out
+    manifest, stream, skipped = scored_episodes(data, split, episodes, context, skip_short=fixed_context)
     agent = load_agent(checkpoint, device)
     if (tuple(agent.env.obs_shape), agent.env.num_actions, agent.env.discrete) != (
         tuple(manifest.env_info.obs_shape), manifest.env_info.num_actions, manifest.env_info.discrete
@@ -559,11 +567,6 @@ def evaluate_memory(
         )
     wm = agent.world_model
     wm.eval()
-    stream = iter_episodes(data, split, episodes)
-    skipped: list[int] = []
-    fixed_context = context is not None and protocol != "probing"  # --context given: count what it leaves out
-    if fixed_context:
-        stream = long_enough(stream, manifest, skipped)
     if protocol == "imagination":
         results = imagination_metrics(wm, batches(stream, manifest))
     elif protocol == "recall":
