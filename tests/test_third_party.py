@@ -74,7 +74,12 @@ def test_installed_backbone_is_listed(gru_site: Path, tmp_path: Path) -> None:
 
 
 def test_installed_backbone_passes_check_backbone(gru_site: Path, tmp_path: Path) -> None:
-    code = "from wmzoo.testing import check_backbone; check_backbone('gru-wm')"
+    code = (
+        "from wmzoo.registry import build_world_model, world_model_spec\n"
+        "from wmzoo.testing import CHECK_ENV, check_backbone, check_parallel_equals_recurrent\n"
+        "check_backbone('gru-wm')\n"
+        "check_parallel_equals_recurrent(build_world_model('gru-wm', world_model_spec('gru-wm', 'tiny'), CHECK_ENV))"
+    )
     result = wmzoo(gru_site, "-c", code, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
 

@@ -10,14 +10,15 @@ Every registered backbone goes through it in wmzoo's own test suite.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from wmzoo.imagination import imagine, random_actions
-from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel
+from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, filter_rows
 from wmzoo.config import run_presets
+from wmzoo.nn.distributions import modes
 from wmzoo.optim import step_components, world_model_optimizers
 from wmzoo.registry import build_world_model, default_registry, world_model_spec
 from wmzoo.specs import TRAIN_PRESETS, TrainSpec, merge
@@ -32,15 +33,19 @@ def _check_state(state: State, batch: int, where: str) -> None:
         assert value.shape[0] == batch, f"{where}: state[{key!r}] has batch {value.shape[0]}, expected {batch}"
 
 
-def synthetic_batch(env: EnvInfo, batch: int, seq_len: int, device: torch.device, seed: int = 0) -> Batch:
-    """Random frames, actions and rewards of ``env``'s shape; episodes start at column 0."""
+def synthetic_batch(
+    env: EnvInfo, batch: int, seq_len: int, device: torch.device, seed: int = 0, firsts: Sequence[int] = (0,)
+) -> Batch:
+    """Random frames, actions and rewards of ``env``'s shape; episodes start at the columns
+    ``firsts`` (0 by default: one episode per row; add a later column to put an episode start
+    inside the window, where resets and masks act)."""
     g = torch.Generator().manual_seed(seed)
     if env.discrete:
         action = torch.randint(env.num_actions, (batch, seq_len), generator=g)
     else:
         action = torch.rand(batch, seq_len, env.num_actions, generator=g) * 2 - 1
     is_first = torch.zeros(batch, seq_len, dtype=torch.bool)
-    is_first[:, 0] = True
+    is_first[:, list(firsts)] = True
     return Batch(
         obs=torch.randint(0, 256, (batch, seq_len, *env.obs_shape), dtype=torch.uint8, generator=g),
         action=action,
@@ -202,22 +207,87 @@ def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any]
     check_world_model(build_world_model(name, spec, env), env)
 
 
-def check_stochastic_features(wm: WorldModel, state: State, seed: int = 0) -> None:
-    """For a world model whose state holds a deterministic ``deter`` and a one-hot ``stoch``
-    ``[B, stoch, classes]`` (RSSM, S4WM, TSSM-XL): its features are ``[deter, flat stoch]`` with
-    ``stoch``'s straight-through gradient, and the decoder reads ``stoch``. Catches the stochastic
-    latent silently dropped from the features (zeros, detached, the logits instead), so that the
-    decoder, heads and policy see the deterministic part only."""
+def check_stochastic_features(wm: WorldModel, state: State, seed: int = 0, key: str = "stoch") -> None:
+    """The stochastic latent ``state[key]`` reaches the features with its gradient and the decoder
+    reads it. Catches the latent silently dropped from the features (zeros, detached, the logits
+    or the mean instead of the draw), so that the decoder, heads and policy see the deterministic
+    part only.
+
+    A one-hot latent ``[B, stoch, classes]`` beside a ``deter`` (RSSM, S4WM, TSSM-XL) is held to
+    the exact DreamerV3 form: features ``[deter, flat stoch]`` with ``stoch``'s straight-through
+    gradient, and a different class changes the decoded frame. Any other float latent (a Gaussian
+    ``z``, any shape) is held to what every form must do: each of its elements moves the features
+    (the gradient of a random projection of the features is non-zero at every element) and a
+    changed latent (``z + 1``) changes the decoded frame."""
     import torch.nn.functional as F
 
-    B, stoch_dim, classes = state["stoch"].shape
+    latent = state[key]
+    assert latent.is_floating_point(), f"state[{key!r}] must be a float tensor (a one-hot or a continuous latent)"
+    one_hot = latent.dim() >= 3 and bool(((latent == 0) | (latent == 1)).all()) and bool((latent.sum(-1) == 1).all())
     g = torch.Generator().manual_seed(seed)
-    index = torch.randint(0, classes, (B, stoch_dim), generator=g)
-    stoch = F.one_hot(index, classes).float().requires_grad_()
-    feat = wm.features({**state, "stoch": stoch})
-    torch.testing.assert_close(feat, torch.cat([state["deter"], stoch.detach().flatten(-2)], -1))
-    (grad,) = torch.autograd.grad(feat.sum(), stoch)
-    torch.testing.assert_close(grad, torch.ones_like(stoch))
-    other = F.one_hot((index + 1) % classes, classes).float()
+    if one_hot and "deter" in state:
+        B, stoch_dim, classes = latent.shape
+        index = torch.randint(0, classes, (B, stoch_dim), generator=g)
+        z = F.one_hot(index, classes).float().requires_grad_()
+        feat = wm.features({**state, key: z})
+        torch.testing.assert_close(feat, torch.cat([state["deter"], z.detach().flatten(-2)], -1))
+        (grad,) = torch.autograd.grad(feat.sum(), z)
+        torch.testing.assert_close(grad, torch.ones_like(z))
+        other = F.one_hot((index + 1) % classes, classes).float()
+    else:
+        z = (latent.detach() + torch.randn(latent.shape, generator=g)).requires_grad_()
+        feat = wm.features({**state, key: z})
+        projection = torch.randn(feat.shape, generator=g)
+        unused = f"features() does not depend on state[{key!r}] (or it is detached)"
+        assert feat.requires_grad, unused
+        (grad,) = torch.autograd.grad((feat * projection).sum(), z, allow_unused=True)
+        assert grad is not None, unused
+        unread = int((grad == 0).sum())
+        assert unread == 0, f"{unread} of {grad.numel()} elements of state[{key!r}] do not reach features()"
+        other = z.detach() + 1.0
     with torch.no_grad():
-        assert not torch.equal(wm.decoder(feat), wm.decoder(wm.features({**state, "stoch": other})))  # type: ignore[operator]
+        same = torch.equal(wm.decoder(feat.detach()), wm.decoder(wm.features({**state, key: other})))  # type: ignore[operator]
+    assert not same, f"the decoder does not read state[{key!r}]: a different latent decodes to the same frame"
+
+
+def check_parallel_equals_recurrent(
+    wm: WorldModel,
+    env: EnvInfo = CHECK_ENV,
+    batch: Batch | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+) -> None:
+    """The backbone's training form (:meth:`~wmzoo.interfaces.WorldModel.observe`, and
+    :meth:`~wmzoo.interfaces.WorldModel.observe_sequence`'s reward reading) agrees with its
+    recurrent form (:meth:`~wmzoo.interfaces.WorldModel.observe_step` row by row), for a
+    *stochastic* model: inside :func:`wmzoo.nn.modes` every draw made through ``wmzoo.nn``
+    (``OneHotCategoricalST.sample``, ``sample_class``, ``gaussian_sample``) is its mode, so both
+    forms are deterministic and must give the same features after every prefix and the same
+    predicted rewards. A model that draws its latents some other way must take a ``sample``
+    flag and be compared with it off.
+
+    ``batch`` (default: 2 rows of 9 with an episode start at column 5, so the reset inside the
+    window is exercised) may be drawn by hypothesis in the plugin's own tests, for random sizes
+    and seeds (``synthetic_batch(env, B, T, cpu, seed, firsts=...)``). Catches a parallel form
+    that shifts the action a step, misses a reset, or leaks a later row into an earlier one."""
+    data = synthetic_batch(env, 2, 9, torch.device("cpu"), seed=1, firsts=(0, 5)) if batch is None else batch
+    T = data.shape[1]
+    training = wm.training
+    wm.eval()
+    try:
+        with modes(), torch.no_grad():
+            steps = [wm.features(state) for state in filter_rows(wm, data)]
+            for t in sorted({0, T // 2, T - 1}):
+                parallel = wm.features(wm.observe(data.slice(0, t + 1)))
+                torch.testing.assert_close(
+                    parallel, steps[t], rtol=rtol, atol=atol,
+                    msg=lambda m, t=t: f"observe() of rows 0..{t} != observe_step() row by row: {m}",
+                )
+            trained = wm.observe_sequence(data).rewards
+            stepped = wm.observe_sequence(data, step=True).rewards
+            torch.testing.assert_close(
+                trained, stepped, rtol=rtol, atol=atol,
+                msg=lambda m: f"observe_sequence(): the training form's rewards != the step form's: {m}",
+            )
+    finally:
+        wm.train(training)

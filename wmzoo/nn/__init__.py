@@ -17,13 +17,16 @@ A plugin imports what it builds from here (``from wmzoo.nn import ConvEncoder, T
   with :func:`sample_class`; :func:`encode_action`,
   :func:`reward_cont_targets`, :func:`start_conts`, :func:`masked_mean`;
 - distributions and layers: :class:`TwoHot`, :func:`symlog` / :func:`symexp`,
-  :class:`OneHotCategoricalST`, :func:`unimix_logits`, :class:`MLP`, :class:`NormedLinear`.
+  :class:`OneHotCategoricalST`, :func:`gaussian_sample`, :func:`unimix_logits`, :class:`MLP`,
+  :class:`NormedLinear`; :func:`modes` makes every draw above its mode (for equivalence tests).
 """
 
 from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
 from wmzoo.nn.distributions import (
     OneHotCategoricalST,
     TwoHot,
+    gaussian_sample,
+    modes,
     symexp,
     symlog,
     unimix_logits,
@@ -50,6 +53,8 @@ from wmzoo.nn.transformer import CausalTransformer, KVCache, init_gpt_weights, r
 from wmzoo.nn.world_model import LatentWorldModel, latent_objective
 
 __all__ = [
+    "gaussian_sample",
+    "modes",
     "sample_class",
     "TokenHead",
     "SignRewardHead",

@@ -2,9 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+
+_modes_only = False
+
+
+@contextmanager
+def modes() -> Iterator[None]:
+    """Within the block every draw made through ``wmzoo.nn`` (:meth:`OneHotCategoricalST.sample`,
+    :func:`wmzoo.nn.heads.sample_class`, :func:`gaussian_sample`) returns its distribution's mode
+    (the arg-max class, the mean), gradients unchanged: a stochastic model becomes deterministic, so
+    two forms of it that sample in different orders (a parallel training pass and a step-by-step
+    recurrence) can be compared exactly (:func:`wmzoo.testing.check_parallel_equals_recurrent`).
+    Process-wide and not thread-safe: meant for tests."""
+    global _modes_only
+    before, _modes_only = _modes_only, True
+    try:
+        yield
+    finally:
+        _modes_only = before
+
+
+def sampling_modes() -> bool:
+    """True inside :func:`modes`."""
+    return _modes_only
+
+
+def gaussian_sample(mean: Tensor, std: Tensor) -> Tensor:
+    """A reparameterised draw ``mean + std · ε``, ``ε ~ N(0, I)`` (the mean inside :func:`modes`):
+    a Gaussian latent drawn through it can be checked like the categorical ones."""
+    return mean if _modes_only else mean + std * torch.randn_like(mean)
 
 
 def symlog(x: Tensor) -> Tensor:
@@ -37,7 +70,10 @@ class OneHotCategoricalST:
         return self.logits.exp()
 
     def sample(self) -> Tensor:
-        """One-hot sample whose gradient flows to ``probs`` (straight-through estimator)."""
+        """One-hot sample whose gradient flows to ``probs`` (straight-through estimator); the
+        mode inside :func:`modes`."""
+        if _modes_only:
+            return self.mode()
         index = torch.multinomial(self.probs.reshape(-1, self.probs.shape[-1]).detach(), 1)
         onehot = F.one_hot(index.reshape(self.probs.shape[:-1]), self.probs.shape[-1])
         onehot = onehot.to(self.probs.dtype)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from wmzoo.interfaces import Batch, EnvInfo
-from wmzoo.nn.distributions import TwoHot
+from wmzoo.nn.distributions import TwoHot, sampling_modes
 from wmzoo.nn.mlp import MLP
 
 
@@ -152,6 +152,9 @@ class EndHead(TokenHead):
 
 
 def sample_class(logits: Tensor) -> Tensor:
-    """One draw per row of ``softmax(logits [..., n])`` (a Categorical without argument checks)."""
+    """One draw per row of ``softmax(logits [..., n])`` (a Categorical without argument checks);
+    the arg-max inside :func:`wmzoo.nn.distributions.modes`."""
+    if sampling_modes():
+        return logits.argmax(-1)
     flat = logits.reshape(-1, logits.shape[-1])
     return torch.multinomial(torch.softmax(flat, -1), 1).reshape(logits.shape[:-1])
