@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wmzoo.errors import WmzooError
+from wmzoo.limits import IMAGINE_FRAMES, TEMPERATURES
 from wmzoo.outputs import AGGREGATE_JSON, BENCH_JSON, EVAL_JSON, IMAGE, check_output
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ EPILOG = """examples:
   wmzoo study report studies/mine
 """
 
-
-TEMPERATURES = (1e-3, 1e3)
-"""The ``--temperature`` range of ``wmzoo eval``: logits divided by less overflow float32 (and sample
-as the greedy action would anyway); leave out ``--temperature``/``--sample`` for greedy actions."""
 
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto (cuda where there is a GPU); default: where it trained"
 
@@ -237,12 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MKL_DISABLE_FAST_MM", "1")
     # a job a script starts in the background inherits SIGINT ignored: wmzoo still stops on it
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    # SIGTERM is caught from here on, argument parsing included (before: the interpreter's own
+    # start-up and this module's imports, ~0.1 s in which nothing has been read or written)
+    previous = _terminate_as_interrupt()
     # a rank other than 0 of a data-parallel run (torchrun's RANK) names itself in its errors
     rank = f"[rank {os.environ['RANK']}] " if os.environ.get("RANK", "0") != "0" else ""
-    previous = _terminate_as_interrupt()
+    command = ""
     try:
+        args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
+        command = args.command
         if getattr(args, "seed", None) is not None:  # every command's --seed, as run's seed
             from wmzoo.specs import RunSpec, check_option
 
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:  # a full disk, a folder that is a file, no permission: one line
-        print(f"wmzoo: error: {describe_os_error(exc, args.command)}", file=sys.stderr)
+        print(f"wmzoo: error: {describe_os_error(exc, command)}", file=sys.stderr)
         return 2
     except Exception:
         if not _TERMINATED:
@@ -608,6 +609,9 @@ def cmd_imagine(args: argparse.Namespace) -> int:
         raise WmzooError(f"--out {args.out}: the file must end in .gif or .png")
     if args.context < 1 or args.horizon < 1:
         raise WmzooError("--context and --horizon must be at least 1")
+    if args.context + args.horizon > IMAGINE_FRAMES:
+        raise WmzooError(f"--context {args.context} + --horizon {args.horizon}: at most {IMAGINE_FRAMES:,} frames in all "
+                         "(each is an env step played, a frame decoded and a frame of the image)")
     check_output(args.out, IMAGE, "--out")
     agent = load_agent(args.checkpoint, args.device)
     batch = play_episode(agent, args.context + args.horizon, seed=args.seed)

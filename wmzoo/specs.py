@@ -135,7 +135,7 @@ class TrainSpec(Spec):
     )
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
     checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
-    gif_horizon: int = Field(32, ge=2, description="imagined frames in the run's GIF")
+    gif_horizon: int = Field(32, ge=2, le=10_000, description="imagined frames in the run's GIF")
     loggers: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = Field(
         ("tensorboard",), description="experiment trackers that receive the scalars, images and GIF: "
         'tensorboard (<logdir>/tb), wandb, mlflow (these two: pip install "wmzoo[trackers]")',

@@ -39,6 +39,8 @@ def test_the_example_is_a_valid_study():
     ({"set": {"model.deter": "wide"}}, "model.deter"),
     ({"params": 10}, "params"),
     ({"colour": "red"}, "colour: unknown field"),
+    ({"eval": {"temperature": 1e-45}}, "eval.temperature"),  # the range eval --temperature refuses
+    ({"eval": {"max_steps": 10**9}}, "eval.max_steps"),
 ])
 def test_bad_study_is_one_line_naming_the_field(tmp_path: Path, capsys, change, field):
     # Catches: a bad field reaching the cells (12 failing runs instead of one line), a traceback.
