@@ -537,3 +537,20 @@ def test_checkpoints_with_damaged_sections_are_one_line_everywhere(world, capsys
         assert code == 2 and len(err) == 1 and err[0].startswith("wmzoo: error:"), (argv[0], err)
         assert says in err[0] or argv[0] in ("evaluate",) and "data" in err[0], (argv[0], err[0])
     assert _hashes(tmp_path) == before
+
+
+def test_a_signal_while_main_is_finishing_is_still_one_line(monkeypatch, capsys):
+    # Catches: a SIGTERM that lands in main's finally block (after the command returned, before
+    # the handler is given back) escaping as an uncaught KeyboardInterrupt: Python then kills
+    # itself with SIGINT (exit -2) and prints a traceback.
+    import sys
+    import types
+
+    import wmzoo.cli
+
+    def teardown() -> None:
+        raise KeyboardInterrupt  # what the SIGTERM handler raises, at that moment
+
+    monkeypatch.setitem(sys.modules, "wmzoo.distributed", types.SimpleNamespace(teardown=teardown))
+    assert wmzoo.cli.main(["list", "--kind", "env"]) == 2
+    assert capsys.readouterr().err.strip() == "wmzoo: error: interrupted"

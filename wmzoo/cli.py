@@ -228,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # a signal that came while _main was finishing (its finally block)
+        print("wmzoo: error: interrupted", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     # MKL's buffer cache keeps every per-step weight gradient of a long recurrent backward pass
     # alive (measured: RSSM paper, T = 200, 2 threads: 6.98 GB peak with it, 0.97 GB without).
     # It is read when MKL first allocates, so it must be set before any torch work.
