@@ -5,9 +5,10 @@ so a head read one position off its target, or a term that should be masked, cha
 less than float tolerance. Here the heads are made sharp first (:func:`sharpen`), and what
 imagination predicts is compared with what the loss scores, through the generic engine::
 
-    from wmzoo.testing_wiring import check_episode_masks, check_imagined_rewards_and_ends, sharpen
+    from wmzoo.testing_wiring import check_episode_masks, check_imagined_rewards_and_ends, sharpen, sharpen_two_hot
 
-    sharpen(wm.heads.reward, wm.heads.cont)
+    sharpen(wm.heads.cont)
+    sharpen_two_hot(wm.heads.reward)
     check_imagined_rewards_and_ends(wm, batch, forcing)   # forcing: see teacher_forced_imagination
     check_episode_masks(wm, batch_with_an_episode_start_inside)
 
@@ -28,6 +29,7 @@ from torch import Tensor, nn
 
 from wmzoo.imagination import imagine, replay_actions
 from wmzoo.interfaces import Batch, State, Trajectory, WorldModel, filter_rows
+from wmzoo.nn.distributions import symlog
 
 Forcing = Callable[[], AbstractContextManager]
 """A function of no argument returning a context manager within which the k-th call of the
@@ -37,24 +39,51 @@ replaced by what the training forward computes from the recorded data, and any o
 (a sampled reward or end) takes the mode."""
 
 
+def _redraw(module: nn.Module, g: torch.Generator) -> nn.Linear:
+    """Re-draw every ``nn.Linear`` of ``module`` variance-preserving (weights ``N(0, 1/fan_in)``,
+    biases ``N(0, 0.01)``); return the last one."""
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    assert linears, f"{type(module).__name__} has no nn.Linear to sharpen"
+    with torch.no_grad():
+        for linear in linears:
+            linear.weight.copy_(torch.randn(linear.weight.shape, generator=g) / math.sqrt(linear.in_features))
+            if linear.bias is not None:
+                linear.bias.copy_(torch.randn(linear.bias.shape, generator=g) * 0.1)
+    return linears[-1]
+
+
 def sharpen(*modules: nn.Module, scale: float = 1000.0, seed: int = 0) -> None:
-    """Make each module's output depend sharply on its input: every ``nn.Linear`` in it is
-    re-drawn variance-preserving (weights ``N(0, 1/fan_in)``, biases ``N(0, 0.01)``) and the last
-    one's weights are multiplied by ``scale``. A head's logits then differ by tens between
-    positions, so a loss that reads it one position off its target, or counts a term its mask
-    should drop, changes by far more than float tolerance; and its prediction is (nearly) the mode
-    of a peaked distribution (a two-hot mean on its top bin, a probability near 0 or 1)."""
+    """Make each module's output depend sharply on its input: its ``nn.Linear`` layers are
+    re-drawn variance-preserving and the last one's weights multiplied by ``scale``. A head's
+    logits then differ by hundreds between positions, so a loss that reads it one position off its
+    target, or counts a term its mask should drop, changes by far more than float tolerance, and
+    its prediction is the mode of a peaked distribution (a probability near 0 or 1). For a two-hot
+    head use :func:`sharpen_two_hot` (its prediction is a mean over bins, not a mode)."""
     g = torch.Generator().manual_seed(seed)
     for module in modules:
-        linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-        assert linears, f"{type(module).__name__} has no nn.Linear to sharpen"
+        last = _redraw(module, g)
         with torch.no_grad():
-            for i, linear in enumerate(linears):
-                gain = scale if i == len(linears) - 1 else 1.0
-                weight = torch.randn(linear.weight.shape, generator=g) * gain / math.sqrt(linear.in_features)
-                linear.weight.copy_(weight)
-                if linear.bias is not None:
-                    linear.bias.copy_(torch.randn(linear.bias.shape, generator=g) * 0.1)
+            last.weight.mul_(scale)
+
+
+def sharpen_two_hot(*modules: nn.Module, low: float = -20.0, high: float = 20.0, spread: float = 2.0,
+                    seed: int = 0) -> None:
+    """:func:`sharpen` for a two-hot head over bins evenly spaced on ``[low, high]`` (symlog
+    space, :class:`~wmzoo.nn.distributions.TwoHot`): the last layer's logits become a narrow bump
+    ``−(b_i − μ)² / (2 σ²)``, ``σ`` half a bin, around a centre ``μ = u · h`` linear in the layer's
+    input (``u`` drawn so that ``μ`` varies by about ``spread``). Its mean is then within a bin of
+    ``μ`` and its loss at that mean small, while a target ``Δ`` away costs ``≈ Δ² / (2 σ²)``
+    (random logits would leave the mean between far-apart bins, where the loss is large)."""
+    g = torch.Generator().manual_seed(seed)
+    for module in modules:
+        last = _redraw(module, g)
+        bins = torch.linspace(low, high, last.out_features)
+        var = (0.5 * float(bins[1] - bins[0])) ** 2
+        u = torch.randn(last.in_features, generator=g) * spread / math.sqrt(last.in_features)
+        assert last.bias is not None, "a two-hot head's last layer needs a bias to make a bump"
+        with torch.no_grad():
+            last.weight.copy_(bins[:, None] * u[None, :] / var)
+            last.bias.copy_(-bins.square() / (2 * var))
 
 
 def _one_episode_per_row(batch: Batch) -> None:
@@ -97,7 +126,7 @@ def check_imagined_rewards_and_ends(
     (the last transition keeps its data: a terminal there would also drop the last row's action
     from a loss that reads it); then, one ``(row, step)`` at a time, that end flag inverted must
     raise the loss, and that reward replaced by the row's imagined reward of another step, or
-    negated, must not lower it. Reward and terminal are no model input, so only the reward and end
+    negated (where either is more than 0.3 from it in symlog), must not lower it. Reward and terminal are no model input, so only the reward and end
     terms of the loss move. ``features``: also compare the imagined features with the loss's
     ``TrainOutput.features`` (posterior features), where it returns them.
 
@@ -132,8 +161,8 @@ def check_imagined_rewards_and_ends(
                 "or one side reads it at another step")
             others = [reward[b, s] for s in range(steps) if s != t] + [-reward[b, t]]
             for other in others:
-                if torch.isclose(other, reward[b, t], rtol=1e-3, atol=1e-3):
-                    continue
+                if abs(float(symlog(other) - symlog(reward[b, t]))) < 0.3:
+                    continue  # about as good a target (two-hot bins are 0.16 apart in symlog)
                 target = base.reward.clone()
                 target[b, t] = other
                 worse = _loss(wm, _with(base, reward=target)) - loss
@@ -145,7 +174,7 @@ def check_imagined_rewards_and_ends(
     assert scored >= 2, f"only {scored} transitions' ends are scored by the loss: use a longer batch"
     if features:
         torch.manual_seed(0)
-        with torch.no_grad(), forcing():
+        with torch.no_grad():
             trained = wm.loss(base).features
         if trained is not None:
             torch.testing.assert_close(traj.features[1:].transpose(0, 1), trained[:, 1:], atol=1e-4, rtol=1e-4,
@@ -153,12 +182,14 @@ def check_imagined_rewards_and_ends(
     return traj
 
 
-def check_episode_masks(wm: WorldModel, batch: Batch) -> None:
+def check_episode_masks(wm: WorldModel, batch: Batch, action: bool = True) -> None:
     """No loss term reads a transition into a new episode. For every row ``t − 1`` followed by an
     episode start (``is_first[b, t]``, ``t ≥ 1``): its action, reward and terminal flag are
     changed (they belong to the transition ``t − 1 → t``, which no model should learn: the next
     observation starts another episode) and no component's loss may change. The same change
-    inside an episode must change the loss (else the check compares nothing).
+    inside an episode must change the loss (else the check compares nothing). ``action=False``
+    leaves the action alone, for a model whose first step of an episode reads the action of the
+    row before, which the stored data holds as zero (an episode's last row has a zero action).
 
     Use sharp heads (:func:`sharpen`): an untrained two-hot reward head's logits are all equal,
     so its loss does not depend on the target at all. Catches a mask removed from any loss term
@@ -176,15 +207,15 @@ def check_episode_masks(wm: WorldModel, batch: Batch) -> None:
             return {k: float(v) for k, v in wm.loss(data).losses.items()}
 
     def changed(b: int, t: int) -> Batch:
-        action = batch.action.clone()
-        if wm.env.discrete:
-            action[b, t] = (action[b, t] + 1) % wm.env.num_actions
-        else:
-            action[b, t] = -action[b, t] + 0.5
+        actions = batch.action.clone()
+        if action and wm.env.discrete:
+            actions[b, t] = (actions[b, t] + 1) % wm.env.num_actions
+        elif action:
+            actions[b, t] = -actions[b, t] + 0.5
         reward, terminal = batch.reward.clone(), batch.terminal.clone()
         reward[b, t] = reward[b, t] + 3.0
         terminal[b, t] = ~terminal[b, t]
-        return _with(batch, action=action, reward=reward, terminal=terminal)
+        return _with(batch, action=actions, reward=reward, terminal=terminal)
 
     base = losses(batch)
     for b, t in boundaries:
