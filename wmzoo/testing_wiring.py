@@ -125,8 +125,8 @@ def check_imagined_rewards_and_ends(
     batch's reward and terminal are set to imagination's predictions for transitions ``0..T−3``
     (the last transition keeps its data: a terminal there would also drop the last row's action
     from a loss that reads it); then, one ``(row, step)`` at a time, that end flag inverted must
-    raise the loss, and that reward replaced by the row's imagined reward of another step, or
-    negated (where either is more than 0.3 from it in symlog), must not lower it. Reward and terminal are no model input, so only the reward and end
+    raise the loss, and that reward replaced by the row's imagined reward of the step before or
+    after, or negated (where either is more than 0.3 from it in symlog), must not lower it. Reward and terminal are no model input, so only the reward and end
     terms of the loss move. ``features``: also compare the imagined features with the loss's
     ``TrainOutput.features`` (posterior features), where it returns them.
 
@@ -159,7 +159,7 @@ def check_imagined_rewards_and_ends(
                 f"(continue {float(traj.conts[t, b]):.3f}) but the loss prefers the opposite target "
                 f"(by {-delta:.4g}): the end flag's meaning differs between imagination and the loss, "
                 "or one side reads it at another step")
-            others = [reward[b, s] for s in range(steps) if s != t] + [-reward[b, t]]
+            others = [reward[b, s] for s in (t - 1, t + 1) if 0 <= s < steps] + [-reward[b, t]]
             for other in others:
                 if abs(float(symlog(other) - symlog(reward[b, t]))) < 0.3:
                     continue  # about as good a target (two-hot bins are 0.16 apart in symlog)

@@ -46,7 +46,7 @@ def test_imagined_rewards_and_ends_are_what_the_loss_trains(i_tokens: bool, rewa
     # read from the output before a_t (e(x_t), the pending z^K) in imagination or in the loss,
     # the loss's reward/end targets one step off.
     wm = _sharp(i_tokens, reward=reward)
-    batch = _batch(3, 5, seed=11)
+    batch = _batch(2, 5, seed=11)
     check_imagined_rewards_and_ends(wm, batch, _forcing(wm, batch, monkeypatch))
 
 

@@ -46,7 +46,7 @@ def test_imagined_rewards_continues_and_states_are_what_the_loss_trains(memory: 
     # continue read from h* before the action (the state imagine_step starts from) or in the loss
     # from features[:, :-1], the heads read from h instead of h* on one side.
     wm = _sharp(memory=memory)
-    batch = _batch(3, 5, seed=21)
+    batch = _batch(2, 5, seed=21)
     check_imagined_rewards_and_ends(wm, batch, _forcing(wm, batch, monkeypatch))
 
 
