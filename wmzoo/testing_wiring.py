@@ -13,8 +13,8 @@ imagination predicts is compared with what the loss scores, through the generic 
     check_episode_masks(wm, batch_with_an_episode_start_inside)
 
 :func:`latent_teacher_forcing` is the ``forcing`` of a backbone whose state is a ``deter`` and a
-one-hot ``stoch`` built on :class:`wmzoo.nn.LatentWorldModel` (RSSM, S4WM, TSSM-XL); a token
-backbone writes its own (a sampler returning the recorded tokens).
+one-hot ``stoch`` (RSSM, S4WM, TSSM-XL); a token backbone writes its own (a sampler returning
+the recorded tokens).
 """
 
 from __future__ import annotations
@@ -244,30 +244,29 @@ def modes() -> Iterator[None]:
         OneHotCategoricalST.sample = sample  # type: ignore[method-assign]
 
 
-def latent_teacher_forcing(wm: WorldModel, batch: Batch) -> Forcing:
-    """The :data:`Forcing` of a :class:`wmzoo.nn.LatentWorldModel` whose state is a ``deter`` and
-    a one-hot ``stoch``: each imagined prior keeps the ``deter`` its dynamics computed and takes
-    the ``stoch`` of the posterior after the recorded observation (filtered with ``observe_step``);
-    every categorical takes its mode. Use it (and the loss) inside :func:`modes`, so the posterior
-    the loss computes is the one forced here."""
-    dynamics = wm.dynamics  # type: ignore[attr-defined]
+def latent_teacher_forcing(wm: WorldModel, batch: Batch, prior: nn.Module) -> Forcing:
+    """The :data:`Forcing` of a backbone whose state is a ``deter`` and a one-hot ``stoch`` drawn
+    from the logits of its ``prior`` module (RSSM, S4WM, TSSM-XL): within it, the k-th call of
+    ``prior`` returns logits whose mode is the ``stoch`` of the posterior after recorded row
+    ``k + 1`` (filtered with ``observe_step``), so each imagined step keeps the ``deter`` its
+    dynamics computed and takes the observed ``stoch``. Use it, and the loss, inside
+    :func:`modes`, so that every categorical is its mode (the posterior the loss computes is then
+    the one forced here)."""
 
     @contextmanager
     def forcing() -> Iterator[None]:
         with modes(), torch.no_grad():
             posts: list[State] = list(filter_rows(wm, batch))
         step = iter(range(1, len(posts)))
-        original = dynamics.imagine_step
 
-        def imagine_step(state: State, action: Tensor, *args, **kwargs) -> State:
-            prior = original(state, action, *args, **kwargs)
-            return {**prior, "stoch": posts[next(step)]["stoch"]}
+        def observed(module: nn.Module, args: object, logits: Tensor) -> Tensor:
+            return posts[next(step)]["stoch"].to(logits.dtype).reshape(logits.shape) * 1e4
 
-        dynamics.imagine_step = imagine_step
+        hook = prior.register_forward_hook(observed)
         try:
             with modes():
                 yield
         finally:
-            del dynamics.imagine_step
+            hook.remove()
 
     return forcing
