@@ -54,6 +54,4 @@ def test_no_loss_term_reads_a_transition_into_a_new_episode() -> None:
     # Catches: the episode mask removed from the Δ-token, reward or end loss, or from the
     # tokenizer's loss (valid), on a batch with an episode start inside a row.
     wm = _sharp()
-    batch = _batch(2, 6, seed=12, boundary=3)
-    batch.is_first[1, 2] = True
-    check_episode_masks(wm, batch)
+    check_episode_masks(wm, _batch(2, 6, seed=12, boundary=3))
