@@ -126,9 +126,10 @@ def check_imagined_rewards_and_ends(
     (the last transition keeps its data: a terminal there would also drop the last row's action
     from a loss that reads it); then, one ``(row, step)`` at a time, that end flag inverted must
     raise the loss, and that reward replaced by the row's imagined reward of the step before or
-    after, or negated (where either is more than 0.3 from it in symlog), must not lower it. Reward and terminal are no model input, so only the reward and end
-    terms of the loss move. ``features``: also compare the imagined features with the loss's
-    ``TrainOutput.features`` (posterior features), where it returns them.
+    after, or negated (where either is more than 0.3 from it in symlog), must not lower it.
+    Reward and terminal are no model input, so only the reward and end terms of the loss move.
+    ``features``: also compare the imagined features with the loss's ``TrainOutput.features``
+    (posterior features), where it returns them.
 
     Catches: the end flag's meaning inverted in imagination or in the loss; a reward or end read
     from the state before the action (or one step late) on either side; imagination and training
