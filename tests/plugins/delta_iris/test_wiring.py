@@ -7,10 +7,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import pytest
-import torch
 
 import wmzoo.nn.heads as heads
-from wmzoo.nn.heads import TwoHotRewardHead
 from wmzoo.testing_wiring import check_episode_masks, check_imagined_rewards_and_ends, sharpen, sharpen_two_hot
 
 from .test_model import _batch, _model
@@ -19,7 +17,7 @@ from .test_model import _batch, _model
 def _sharp(i_tokens: bool = True, **kw):
     wm = _model(i_tokens=i_tokens, max_blocks=8, **kw)
     sharpen(wm.head_latents, wm.head_end)
-    (sharpen_two_hot if isinstance(wm.head_reward, TwoHotRewardHead) else sharpen)(wm.head_reward)
+    (sharpen_two_hot if isinstance(wm.head_reward, heads.TwoHotRewardHead) else sharpen)(wm.head_reward)
     return wm
 
 
