@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from wmzoo.bench.harness import synthetic_batch
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.nn.distributions import TwoHot
+from wmzoo.testing_wiring import sharpen
 from wmzoo_plugins.delta_iris import PRESETS, DeltaIrisSpec, DeltaIrisWorldModel
 
 from .test_tokenizer import official_encoder_count
@@ -140,8 +141,11 @@ def test_world_model_loss_targets_by_hand() -> None:
     # The loss equals cross-entropies computed here block by block: z¹ at a_t, z^{k+1} at z^k,
     # reward (two-hot) and end at a_t, the transition into a new episode excluded. Catches: a
     # target shifted by one token or one step, a reward read a step late, a sign flip, the
-    # boundary transition counted.
+    # boundary transition counted. The heads are sharpened (an untrained model's logits are
+    # nearly flat: about log N wherever they are read), so a shifted read moves the loss by
+    # far more than the tolerance.
     wm = _model(latents_weight=0.3, rewards_weight=0.7, ends_weight=1.3)
+    sharpen(wm.head_latents, wm.head_reward, wm.head_end)
     batch = _batch(2, 5, seed=4, boundary=2)
     batch.reward = torch.tensor([[1.0, -2.0, 0.5, 3.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0]])
     batch.terminal = torch.zeros(2, 5, dtype=torch.bool)

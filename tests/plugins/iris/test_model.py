@@ -12,6 +12,7 @@ from wmzoo.bench.harness import synthetic_batch
 from wmzoo.interfaces import EnvInfo
 from wmzoo.nn.tokenizer import TokenizerSpec
 from wmzoo.nn.transformer import KVCache
+from wmzoo.testing_wiring import sharpen
 from wmzoo_plugins.iris import PRESETS, IrisSpec, IrisWorldModel
 
 ENV = EnvInfo(name="t", obs_shape=(3, 16, 16), num_actions=3)
@@ -136,7 +137,10 @@ def test_world_model_loss_terms_and_starts() -> None:
 
 
 def test_reward_and_end_targets_by_hand() -> None:
+    # Sharpened heads: an untrained model's logits are nearly flat, so a target read one step off
+    # would change the loss by less than the tolerance.
     wm = _model(side=1, heads=1).eval()
+    sharpen(wm.head_obs, wm.head_reward, wm.head_end)
     data = synthetic_batch(ENV, 1, 3, torch.device("cpu"))
     data.reward[:] = torch.tensor([[-0.5, 2.0, 0.0]])
     data.terminal[:] = torch.tensor([[False, True, False]])
@@ -230,8 +234,9 @@ def test_world_model_loss_targets_by_hand() -> None:
     # Which position predicts which token, with K = 4: the loss equals cross-entropies computed
     # here position by position. Catches: targets shifted by one token or one step, the last
     # token of a frame predicting the next frame's first (it is the action's job), within-frame
-    # targets leaking the token they predict.
+    # targets leaking the token they predict. Sharpened heads make every shifted read visible.
     wm = _model(side=2, max_blocks=4, seed=5)
+    sharpen(wm.head_obs, wm.head_reward, wm.head_end)
     torch.manual_seed(5)
     batch = synthetic_batch(ENV, 2, 4, torch.device("cpu"))
     batch.is_first[:] = False

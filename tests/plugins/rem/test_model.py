@@ -14,6 +14,7 @@ from wmzoo.errors import WmzooError
 from wmzoo.imagination import imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.registry import default_registry, world_model_spec
+from wmzoo.testing_wiring import sharpen
 from wmzoo_plugins.rem import PRESETS, REMSpec, REMWorldModel
 
 ENV = EnvInfo(name="check-16x16", obs_shape=(3, 16, 16), num_actions=3)
@@ -216,31 +217,34 @@ def test_imagined_reward_is_positive_for_the_positive_class():
 def test_world_model_loss_targets_by_hand():
     # Which output predicts what, with K = 16: prediction token k of block t predicts z_t^k,
     # the action token of block t predicts reward[t] (sign class) and terminal[t], for t <= T - 2,
-    # and no loss on the first `context` = 2 blocks (the official code's context_length).
+    # no loss on the first `context` = 2 blocks (the official code's context_length), on a block
+    # that starts an episode (its prediction has seen nothing) or on the transition into it.
     # Catches: targets shifted one block, rewards read one block late, the reward's sign classes
-    # flipped, the termination target inverted, the warm-up blocks scored.
+    # flipped, the termination target inverted, the warm-up blocks or an episode's first block
+    # scored. The heads are sharpened: an untrained model's logits are nearly flat, so a shifted
+    # read would move the loss by less than the tolerance.
     import torch.nn.functional as F
 
     wm = _model(7)
-    batch = _batch(7, 2, 4, False)
-    batch.reward[:] = torch.tensor([[1.0, 0.0, -2.0, 0.0], [0.0, 3.0, 0.0, 0.0]])
+    sharpen(wm.obs_head, wm.reward_head, wm.end_head)
+    batch = _batch(7, 2, 6, True)  # row 0: an episode starts at step 3
+    batch.reward[:] = torch.tensor([[1.0, 0.0, -2.0, 0.5, -1.0, 0.0], [0.0, 3.0, 0.0, -0.5, 2.0, 0.0]])
     batch.terminal[:] = False
-    batch.terminal[1, 2] = True
+    batch.terminal[1, 2] = batch.terminal[0, 4] = True
     with torch.no_grad():
         out = wm.loss(batch)
         tokens = wm.tokenizer.encode(batch.obs)
         real, pred = wm.pop_forward(tokens, batch.action, batch.is_first)
-        obs = torch.stack([
-            F.cross_entropy(wm.obs_head(pred[b, t]), tokens[b, t]) for b in range(2) for t in range(2, 4)
-        ]).mean()
-        sign = {1.0: 2, 0.0: 1, -2.0: 0, 3.0: 2}
+        blocks = [(b, t) for b in range(2) for t in range(2, 6) if not batch.is_first[b, t]]
+        obs = torch.stack([F.cross_entropy(wm.obs_head(pred[b, t]), tokens[b, t]) for b, t in blocks]).mean()
+        acted = [(b, t) for b in range(2) for t in range(2, 5) if not batch.is_first[b, t + 1]]
+        assert acted == [(0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]
+        sign = (torch.sign(batch.reward) + 1).long()
         reward = torch.stack([
-            F.cross_entropy(wm.reward_head(real[b, t, -1])[None], torch.tensor([sign[float(batch.reward[b, t])]]))
-            for b in range(2) for t in range(2, 3)
+            F.cross_entropy(wm.reward_head(real[b, t, -1])[None], sign[b, t, None]) for b, t in acted
         ]).mean()
         end = torch.stack([
-            F.cross_entropy(wm.end_head(real[b, t, -1])[None], batch.terminal[b, t, None].long())
-            for b in range(2) for t in range(2, 3)
+            F.cross_entropy(wm.end_head(real[b, t, -1])[None], batch.terminal[b, t, None].long()) for b, t in acted
         ]).mean()
     assert out.metrics["world_model/obs_loss"] == pytest.approx(obs.item(), rel=1e-4)
     assert out.metrics["world_model/reward_loss"] == pytest.approx(reward.item(), rel=1e-4)
