@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import wmzoo.nn.heads as heads
-from wmzoo.nn.distributions import TwoHot, symlog
+from wmzoo.nn.distributions import TwoHot, modes, symlog
 from wmzoo.nn.mlp import MLP
 from wmzoo.registry import build_world_model, world_model_spec
 from wmzoo.testing import CHECK_ENV, synthetic_batch
@@ -44,7 +44,7 @@ def test_the_imagination_check_fails_on_an_inverted_continue(monkeypatch) -> Non
     batch = synthetic_batch(CHECK_ENV, 2, 5, torch.device("cpu"), seed=41)
     predict = heads.RewardContinueHeads.predict
     monkeypatch.setattr(wm.heads, "predict", lambda f: (predict(wm.heads, f)[0], 1 - predict(wm.heads, f)[1]))
-    with wiring.modes(), pytest.raises(AssertionError, match="end flag's meaning differs"):
+    with modes(), pytest.raises(AssertionError, match="end flag's meaning differs"):
         wiring.check_imagined_rewards_and_ends(wm, batch, wiring.latent_teacher_forcing(wm, batch, wm.dynamics.prior))
 
 

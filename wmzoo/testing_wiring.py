@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from wmzoo.imagination import imagine, replay_actions
 from wmzoo.interfaces import Batch, State, Trajectory, WorldModel, filter_rows
-from wmzoo.nn.distributions import symlog
+from wmzoo.nn.distributions import modes, symlog
 
 Forcing = Callable[[], AbstractContextManager]
 """A function of no argument returning a context manager within which the k-th call of the
@@ -231,27 +231,13 @@ def check_episode_masks(wm: WorldModel, batch: Batch, action: bool = True) -> No
         "no change of an action, reward or terminal inside an episode changes the loss: the check sees nothing"
 
 
-@contextmanager
-def modes() -> Iterator[None]:
-    """Within the block, every :class:`~wmzoo.nn.distributions.OneHotCategoricalST` sample is its
-    mode: a latent model's posterior is then the same in training, filtering and forcing."""
-    from wmzoo.nn.distributions import OneHotCategoricalST
-
-    sample = OneHotCategoricalST.sample
-    OneHotCategoricalST.sample = OneHotCategoricalST.mode  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        OneHotCategoricalST.sample = sample  # type: ignore[method-assign]
-
-
 def latent_teacher_forcing(wm: WorldModel, batch: Batch, prior: nn.Module) -> Forcing:
     """The :data:`Forcing` of a backbone whose state is a ``deter`` and a one-hot ``stoch`` drawn
     from the logits of its ``prior`` module (RSSM, S4WM, TSSM-XL): within it, the k-th call of
     ``prior`` returns logits whose mode is the ``stoch`` of the posterior after recorded row
     ``k + 1`` (filtered with ``observe_step``), so each imagined step keeps the ``deter`` its
     dynamics computed and takes the observed ``stoch``. Use it, and the loss, inside
-    :func:`modes`, so that every categorical is its mode (the posterior the loss computes is then
+    :func:`wmzoo.nn.modes`, so that every categorical is its mode (the posterior the loss computes is then
     the one forced here)."""
 
     @contextmanager

@@ -297,11 +297,14 @@ class TokenWMWorldModel(WorldModel):
     def rollout(self, batch: Batch, z: Tensor | None = None) -> tuple[State, Tensor]:
         """The recurrence over a batch from h_0: the states after each step ``[B, T, ...]`` and the
         priors ``[B, T, N_h, D]``. Every row starts from h_0 (training carries no state across
-        windows); the prior at a window's first step reads the zero action. ``z``: the batch's
-        encoded frames, when the caller has them."""
+        windows); the prior at a window's first step and at every episode start inside it reads the
+        zero action, as :meth:`observe_step` is given it. ``z``: the batch's encoded frames, when
+        the caller has them."""
         B, T = batch.shape
         z = self.encoder(batch.obs) if z is None else z
         prev_action = torch.cat([torch.zeros_like(batch.action[:, :1]), batch.action[:, :-1]], 1)
+        start = batch.is_first if prev_action.dim() == 2 else batch.is_first.unsqueeze(-1)
+        prev_action = prev_action.masked_fill(start, 0)
         state, states, priors = self.initial_state(B), [], []
         for t in range(T):
             state, prior = self._filter(state, z[:, t], prev_action[:, t], batch.is_first[:, t])

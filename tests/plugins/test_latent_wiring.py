@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from wmzoo.nn import modes
 from wmzoo.registry import build_world_model, world_model_spec
 from wmzoo.testing import CHECK_ENV, synthetic_batch
 from wmzoo.testing_wiring import (
     check_episode_masks,
     check_imagined_rewards_and_ends,
     latent_teacher_forcing,
-    modes,
     sharpen,
     sharpen_two_hot,
 )

@@ -181,7 +181,8 @@ def test_observe_then_imagine_equals_the_training_forwards_prior(T: int, boundar
         state = wm.initial_state(2)
         prev = torch.zeros(2, dtype=torch.long)
         for t in range(T):
-            state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+            # the contract: where is_first, observe_step is given the zero action
+            state = wm.observe_step(state, batch.obs[:, t], prev.masked_fill(batch.is_first[:, t], 0), batch.is_first[:, t])
             for key in state:
                 torch.testing.assert_close(state[key], states[key][:, t], atol=1e-5, rtol=1e-5)
             if t + 1 < T:

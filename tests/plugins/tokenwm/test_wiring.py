@@ -51,10 +51,10 @@ def test_imagined_rewards_continues_and_states_are_what_the_loss_trains(memory: 
 
 
 def test_no_loss_term_reads_a_transition_into_a_new_episode() -> None:
-    # Catches: the reward/continue mask removed (reward_cont_targets). The action of the row
-    # before an episode start is left alone: TokenWM's prior at an episode start reads it (as
-    # encode_action of the stored zero action), where RSSM, S4WM and TSSM-XL zero it.
+    # Catches: the reward/continue mask removed (reward_cont_targets), and the prior at an
+    # episode start inside a window reading the previous episode's last action (the training
+    # rollout must zero it, as observe_step is given zeros and RSSM, S4WM and TSSM-XL do).
     wm = _sharp()
     batch = _batch(2, 6, seed=22, boundary=3)
     batch.is_first[1, 2] = True
-    check_episode_masks(wm, batch, action=False)
+    check_episode_masks(wm, batch)
