@@ -384,11 +384,15 @@ class WorldModel(nn.Module, ABC):
 def filter_rows(wm: WorldModel, batch: Batch, state: State | None = None) -> Iterator[State]:
     """The state after each row of ``batch`` (``T ≥ 1``), filtered one row at a time with
     ``wm.observe_step`` from ``state`` (the initial state if None); row 0's previous action is
-    taken as none (zeros), so ``batch`` starts an episode or continues where ``state`` was."""
+    taken as none (zeros), so ``batch`` starts an episode or continues where ``state`` was; at
+    an episode start inside ``batch`` the previous action is zeros too, as
+    :meth:`WorldModel.observe_step` asks."""
     state = wm.initial_state(batch.shape[0]) if state is None else state
     prev_action = torch.zeros_like(batch.action[:, 0])
     for t in range(batch.shape[1]):
-        state = wm.observe_step(state, batch.obs[:, t], prev_action, batch.is_first[:, t])
+        first = batch.is_first[:, t]
+        prev_action = prev_action.masked_fill(first if prev_action.dim() == 1 else first.unsqueeze(-1), 0)
+        state = wm.observe_step(state, batch.obs[:, t], prev_action, first)
         prev_action = batch.action[:, t]
         yield state
 
