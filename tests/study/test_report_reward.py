@@ -209,3 +209,26 @@ def test_offline_cells_run_the_reward_protocol_their_dataset_has(tmp_path: Path,
     if protocol:
         (path / "eval" / f"{protocol}.json").write_text("{}")
         assert cell_done(cell, study, tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore:.*dataset incomplete")
+def test_a_cell_done_before_the_reward_protocol_gets_only_that_evaluation(tmp_path: Path, monkeypatch):
+    # Catches: an older study folder's done cells skipped for ever (no reward.json, no section), or
+    # trained again / re-evaluated in full to add it.
+    from dataclasses import asdict
+
+    from wmzoo.data.generate import generate
+    from wmzoo.study import run as study_run
+
+    study = StudySpec.model_validate({**_study(seeds=1), "backbones": ["rssm"]})
+    generate(ENV, 5, study_run.data_dir(tmp_path, ENV), size=8, log=lambda _: None, only="test")
+    (cell,) = plan_cells(study, log=lambda _: None)
+    path = tmp_path / cell.path
+    (path / "eval").mkdir(parents=True)
+    (path / CELL_FILE).write_text(json.dumps({"state": "done", "attempts": 1}))
+    (path / "eval" / "imagination.json").write_text("{}")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(study_run, "_wmzoo", lambda args, record, *_: ran.append(args))
+    record = study_run.run_cell(asdict(cell), study.model_dump(mode="json"), str(tmp_path), 1, study_run.Processes())
+    assert record["state"] == "done" and record["attempts"] == 2
+    assert [(args[0], args[args.index("--protocol") + 1]) for args in ran] == [("evaluate", "reward")]
