@@ -25,6 +25,8 @@ and drives the world model only through :class:`~wmzoo.interfaces.WorldModel`
   Keys (the paper reports Gen. MSE there, Table 3, which ``imagination`` gives; the env pays 1 for
   an unlock that opens a door). Attempts: the transitions the env flags with
   ``info["unlock_attempt"]``, else those taking the one action every rewarded transition took.
+  Which of ``reward`` and ``reasoning`` a dataset has (a study runs it beside ``imagination``) is
+  read from its episodes by :func:`reward_protocol`.
 - ``probing`` (appendix C, Table 6): :func:`wmzoo.eval.probing.run_probing`, probes fitted on the
   train split and reported on the evaluated split.
 
