@@ -41,6 +41,13 @@ def test_the_example_is_a_valid_study():
     ({"colour": "red"}, "colour: unknown field"),
     ({"eval": {"temperature": 1e-45}}, "eval.temperature"),  # the range eval --temperature refuses
     ({"eval": {"max_steps": 10**9}}, "eval.max_steps"),
+    ({"expect": [{"metric": "accuracy", "order": ["rssm:tiny", "s4wm:tiny"]}]}, "expect.0.metric: unknown metric"),
+    ({"expect": [{"metric": "gen_mse", "order": ["rssm:tiny", "s4wm"]}]}, "expect[0].order: 's4wm' is not a row"),
+    ({"expect": [{"metric": "gen_mse", "order": ["rssm:tiny", ["s4wm:tiny", "rssm:tiny"]]}]},
+     "expect[0].order: rssm:tiny listed twice"),
+    ({"expect": [{"metric": "gen_mse", "order": ["rssm:tiny", "s4wm:tiny"], "envs": ["dm"]}]},
+     "expect[0].envs: 'dm' is not an env"),
+    ({"expect": [{"metric": "gen_mse", "order": ["rssm:tiny", "s4wm:tiny"], "why": "x"}]}, "expect.0.why: unknown field"),
 ])
 def test_bad_study_is_one_line_naming_the_field(tmp_path: Path, capsys, change, field):
     # Catches: a bad field reaching the cells (12 failing runs instead of one line), a traceback.
@@ -67,6 +74,20 @@ def test_out_holding_another_study_is_refused_and_kept(tmp_path: Path, capsys):
     assert "holds another study (envs differ" in err and err.count("\n") == 0
     assert (out / "study.yaml").read_bytes() == before
     assert not (out / "data" / "minigrid-empty-6x6").exists()
+
+
+def test_a_rerun_may_change_what_only_the_report_reads(tmp_path: Path):
+    # Catches: a study refused on its own folder after an expected direction was added to it (no
+    # cell reads `expect`), or the report left reading the old expectations.
+    out = tmp_path / "out"
+    prepare(study_from_dict(BASE), BASE, out, log=lambda _: None)
+    changed = {**BASE, "expect": [{"metric": "gen_mse", "order": ["s4wm:tiny", "rssm:tiny"]}]}
+    lines: list[str] = []
+    prepare(study_from_dict(changed), changed, out, log=lines.append)
+    assert yaml.safe_load((out / "study.yaml").read_text())["expect"] == changed["expect"]
+    assert any("expect changed (read by the report alone): rewritten" in line for line in lines), lines
+    with pytest.raises(WmzooError, match=r"holds another study \(seeds, expect differ"):
+        prepare(study_from_dict({**BASE, "seeds": 3}), {**BASE, "seeds": 3}, out, log=lambda _: None)
 
 
 def test_out_not_empty_without_a_study_is_refused(tmp_path: Path, capsys):

@@ -25,6 +25,8 @@ and drives the world model only through :class:`~wmzoo.interfaces.WorldModel`
   Keys (the paper reports Gen. MSE there, Table 3, which ``imagination`` gives; the env pays 1 for
   an unlock that opens a door). Attempts: the transitions the env flags with
   ``info["unlock_attempt"]``, else those taking the one action every rewarded transition took.
+  Which of ``reward`` and ``reasoning`` a dataset has (a study runs it beside ``imagination``) is
+  read from its episodes by :func:`reward_protocol`.
 - ``probing`` (appendix C, Table 6): :func:`wmzoo.eval.probing.run_probing`, probes fitted on the
   train split and reported on the evaluated split.
 
@@ -315,6 +317,28 @@ def reward_accuracy(wm: WorldModel, batches: Batches, scored: str | None) -> dic
             "per_episode": {key: np.concatenate(v).astype(int).tolist() for key, v in per_episode.items()}}
 
 
+REWARD_PROTOCOLS = {"reward": None, "reasoning": ATTEMPT_KEY}
+"""The reward-based protocols -> the query transitions each scores (``None``: the episode-ending ones)."""
+
+
+def reward_protocol(data: str | Path, split: str = "test") -> str | None:
+    """Which reward-based protocol scores the dataset ``data``, decided from its first episode of
+    ``split`` by what the protocols score (no env is named): ``reasoning`` where the env flags its
+    attempts (``info_unlock_attempt``), else ``reward`` where the query phase has an episode-ending
+    transition; ``None`` for a dataset without a context phase of its own (no memory task, e.g.
+    MiniGrid's random episodes), or whose query has neither (e.g. a task that never ends an
+    episode and flags nothing: its reward is not a prediction target)."""
+    manifest = Manifest.read(Path(data))
+    episode = next(iter_episodes(data, split, 1), None)
+    if episode is None or ("phase" not in episode and manifest.context_length is None):
+        return None
+    if ATTEMPT_KEY in episode:
+        return "reasoning"
+    batch, extras = _batch([episode])
+    _, scored = _scored(batch, extras, context_rows(episode, manifest), REWARD_PROTOCOLS["reward"])
+    return "reward" if scored.any() else None
+
+
 def _scored(batch: Batch, extras: dict[str, np.ndarray], context: int, scored: str | None
             ) -> tuple[np.ndarray, np.ndarray]:
     """``(target, mask)`` ``[B, query transitions]``: the recorded rewards of the query's
@@ -571,10 +595,8 @@ def evaluate_memory(
         results = imagination_metrics(wm, batches(stream, manifest))
     elif protocol == "recall":
         results = recall_metrics(wm, stream)
-    elif protocol == "reward":
-        results = reward_accuracy(wm, batches(stream, manifest), None)
-    elif protocol == "reasoning":
-        results = reward_accuracy(wm, batches(stream, manifest), ATTEMPT_KEY)
+    elif protocol in REWARD_PROTOCOLS:
+        results = reward_accuracy(wm, batches(stream, manifest), REWARD_PROTOCOLS[protocol])
     else:
         results = _probing(agent, data, split, episodes)
     payload = {"protocol": protocol, "checkpoint": str(checkpoint), "data": str(data), "split": split,

@@ -28,6 +28,13 @@ is computed (:mod:`wmzoo.eval.verdicts`), never written:
 - **memory metrics** (offline): Recon. and Gen. MSE and the Gen. MSE per imagination step, with
   the baselines', and a warning where an env's dependency spans more rows than a backbone's
   training window;
+- **reward prediction** (offline, envs whose cells have ``eval/reward.json`` or
+  ``eval/reasoning.json``): per row and readout each seed's value with its Wilson or
+  Hanley-McNeil interval over the test episodes and its verdict, the mean over seeds with its t
+  interval and the verdict over seeds against the majority class / chance, and every pair of rows
+  (:func:`reward_prediction`);
+- **expected directions** (the study's ``expect``): each expected pair supported, contradicted or
+  not separated (:func:`expectations`);
 - **efficiency**: ``wmzoo bench`` of every backbone at the study's sizes (parameters, training
   and imagination frames/s, peak memory), all in this process one after the other;
 - **imagination video**: every backbone imagining from the same real context under the same
@@ -48,7 +55,7 @@ import numpy as np
 from wmzoo.atomic import write_text_atomic
 from wmzoo.errors import WmzooError
 from wmzoo.study.run import LOG_FILE, STUDY_FILE, Cell, cell_record, cells_of, data_dir
-from wmzoo.study.spec import StudySpec, study_from_dict
+from wmzoo.study.spec import METRICS, REWARD_METRICS, StudySpec, study_from_dict
 
 REPORT = "report"
 VIDEO_CONTEXT, VIDEO_HORIZON = 8, 24
@@ -408,6 +415,144 @@ def memory_metrics(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict
     return result
 
 
+# --------------------------------------------------------------------------- reward prediction, expectations
+
+
+def reward_records(study: StudySpec, cells: Sequence[Cell], out: Path) -> dict[str, dict[str, Any]]:
+    """``{env: {"protocol": name, "rows": {label: {seed: record}}}}``: each done cell's file of a
+    reward-based protocol (``eval/reward.json``, ``eval/reasoning.json``:
+    :data:`~wmzoo.eval.memory.REWARD_PROTOCOLS`); envs without one (older study folders, datasets
+    without a reward protocol) are left out. A file without ``baselines`` (written before it
+    carried them) gets them computed from the study's dataset, on the episodes it scored."""
+    from wmzoo.eval.memory import REWARD_PROTOCOLS, reward_baselines
+
+    found: dict[str, dict[str, Any]] = {}
+    for cell in cells:
+        if cell_record(out / cell.path).get("state") != "done":
+            continue
+        for protocol in REWARD_PROTOCOLS:
+            file = out / cell.path / "eval" / f"{protocol}.json"
+            if file.is_file():
+                try:
+                    record = json.loads(file.read_text())
+                except ValueError as exc:
+                    raise WmzooError(f"{file}: unreadable evaluation of a done cell ({exc}); delete it and re-run "
+                                     "`wmzoo study run` to evaluate it again") from None
+                env = found.setdefault(cell.env, {"protocol": protocol, "rows": {}})
+                if "baselines" not in record:
+                    if "baselines" not in env:
+                        env["baselines"] = reward_baselines(data_dir(out, cell.env), REWARD_PROTOCOLS[protocol],
+                                                            "test", study.eval.test_episodes)
+                    record = {**record, "baselines": env["baselines"]}
+                env["rows"].setdefault(cell.label, {})[cell.seed] = record
+    return found
+
+
+def seed_readout(record: Mapping[str, Any], metric: str, baseline: float) -> dict[str, Any] | None:
+    """One seed's readout ``metric`` of its reward-protocol file against ``baseline`` on the same
+    episodes (:func:`~wmzoo.eval.verdicts.interval_verdict`): an accuracy with its 95 % Wilson
+    interval, an AUC with its Hanley-McNeil interval. The unit is the test episode: where an
+    episode scores several transitions, at most one success, one positive and one negative each is
+    counted, which bounds their correlation within the episode. ``None`` for an AUC the file
+    could not compute (one class only)."""
+    from wmzoo.eval.verdicts import auc_interval, interval_verdict, wilson_interval
+
+    value, episodes = record.get(metric), int(record["episodes"])
+    if value is None:
+        return None
+    if metric.endswith("_accuracy"):
+        n = min(int(record["scored_transitions"]), episodes)
+        interval, method = wilson_interval(float(value) * n, n), f"95 % Wilson over {n} episodes"
+    else:
+        base = record["baselines"]
+        counts = (min(int(base["positives"]), episodes), min(int(base["negatives"]), episodes))
+        interval = auc_interval(float(value), *counts)
+        method = f"95 % Hanley-McNeil, {counts[0]} + {counts[1]} counted"
+    return interval_verdict(*interval, baseline, False, method, episodes).as_dict()
+
+
+def reward_prediction(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per env: the protocol, its ``baselines`` (majority-class accuracy, chance AUC, from the
+    first file: every cell scores the same test episodes), and per row and readout
+    (:data:`~wmzoo.study.spec.REWARD_METRICS`) each seed's value, interval and verdict
+    (:func:`seed_readout`), the mean over seeds with its 95 % t interval and the verdict over
+    seeds against the baseline (:func:`~wmzoo.eval.verdicts.beats_baseline`); and every pair of
+    rows per readout (:func:`~wmzoo.eval.verdicts.separated`, paired by seed: one dataset)."""
+    from wmzoo.eval.verdicts import beats_baseline, separated, t_interval
+
+    result: dict[str, dict[str, Any]] = {}
+    for env, found in records.items():
+        first = next(r for seeds in found["rows"].values() for r in seeds.values())
+        base = first["baselines"]
+        baseline = {m: float(base["majority_class_accuracy"] if m.endswith("_accuracy") else base["chance_auc"])
+                    for m in REWARD_METRICS}
+        rows: dict[str, dict[str, Any]] = {}
+        for label, seeds in found["rows"].items():
+            for metric in REWARD_METRICS:
+                per_seed = {str(s): seed_readout(seeds[s], metric, baseline[metric]) for s in sorted(seeds)}
+                values = [v["estimate"] for v in per_seed.values() if v is not None]
+                if not values:
+                    continue
+                mean, low, high = t_interval(values)
+                rows.setdefault(label, {})[metric] = {
+                    "seeds": per_seed, "mean": mean, "low": low, "high": high,
+                    "verdict": beats_baseline(values, baseline[metric], False).as_dict()}
+        pairs: dict[str, dict[str, Any]] = {}
+        labels = list(rows)
+        for metric in REWARD_METRICS:
+            for i, a in enumerate(labels):
+                for b in labels[i + 1:]:
+                    x, y = readout_by_seed(rows, a, metric), readout_by_seed(rows, b, metric)
+                    if set(x) & set(y):
+                        pairs.setdefault(metric, {})[f"{a} vs {b}"] = separated(x, y, paired=True).as_dict()
+        result[env] = {"protocol": found["protocol"], "episodes": int(first["episodes"]),
+                       "scored_transitions": int(first["scored_transitions"]),
+                       "baselines": {"majority class": float(base["majority_class_accuracy"]),
+                                     "chance": float(base["chance_auc"]),
+                                     "positives": int(base["positives"]), "negatives": int(base["negatives"])},
+                       "rows": rows, "pairs": pairs}
+    return result
+
+
+def readout_by_seed(rows: Mapping[str, Mapping[str, Any]], label: str, metric: str) -> dict[int, float]:
+    """``{seed: value}`` of a row's readout in :func:`reward_prediction` (``{}`` where it has none)."""
+    seeds = rows.get(label, {}).get(metric, {}).get("seeds", {})
+    return {int(s): v["estimate"] for s, v in seeds.items() if v is not None}
+
+
+def expectations(study: StudySpec, report: Mapping[str, Any], table: Mapping[str, Mapping[str, Mapping[int, float]]]
+                 ) -> list[dict[str, Any]]:
+    """Each expected pair of the study's ``expect`` on each of its envs, with the verdict the seeds
+    give: ``supported`` (separated, on the expected side), ``contradicted`` (separated, on the
+    other side), ``not separated`` (:func:`~wmzoo.eval.verdicts.separated`, paired by seed offline)
+    or ``not computed`` (a row without that readout there: a cell not done, a file without it)."""
+    from wmzoo.eval.verdicts import separated
+
+    checked = []
+    for expectation in study.expect:
+        higher = METRICS[expectation.metric]
+        for env in expectation.envs or study.envs:
+            for better, worse in expectation.pairs():
+                if expectation.metric in REWARD_METRICS:
+                    rows = report.get("reward", {}).get(env, {}).get("rows", {})
+                    a, b = (readout_by_seed(rows, label, expectation.metric) for label in (better, worse))
+                elif expectation.metric == report["score"]:
+                    a, b = (dict(table.get(label, {}).get(env, {})) for label in (better, worse))
+                else:
+                    a = b = {}
+                entry: dict[str, Any] = {"metric": expectation.metric, "env": env, "better": better, "worse": worse,
+                                         "source": expectation.source, "verdict": None}
+                if a and b and (not report["paired"] or set(a) & set(b)):
+                    v = separated(a, b, report["paired"])
+                    entry["verdict"] = v.as_dict()
+                    entry["text"] = (("supported" if (v.estimate > 0) == higher else "contradicted")
+                                     if v.holds else "not separated")
+                else:
+                    entry["text"] = "not computed"
+                checked.append(entry)
+    return checked
+
+
 # --------------------------------------------------------------------------- efficiency, video
 
 
@@ -523,6 +668,8 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
         baselines = {env: random_policy(study, cells, out, env, score) for env in study.envs}
     report.update(assess(study, table, score, baselines, reps))
     report["curves"] = curves(study, cells, out)
+    report["reward"] = reward_prediction(reward_records(study, cells, out)) if study.budget.mode == "offline" else {}
+    report["expectations"] = expectations(study, report, table)
     if study.budget.mode == "offline":
         report["memory"] = memory_metrics(cells, out)
         report["memory_baselines"] = reference
@@ -606,9 +753,13 @@ def _ci(d: Mapping[str, Any], key: str = "mean") -> str:
     return f"{d[key]:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
 
 
+def _evidence(v: Mapping[str, Any]) -> str:
+    """``p = ...`` or ``[low, high]`` of a verdict (:meth:`~wmzoo.eval.verdicts.Verdict.evidence`)."""
+    return f"p = {v['p_value']:.3g}" if v["p_value"] is not None else f"[{v['low']:.3f}, {v['high']:.3f}]"
+
+
 def _verdict_cell(v: Mapping[str, Any]) -> str:
-    evidence = f"p = {v['p_value']:.3g}" if v["p_value"] is not None else f"[{v['low']:.3f}, {v['high']:.3f}]"
-    return f"{'**' + v['text'] + '**' if v['holds'] else v['text']} ({evidence})"
+    return f"{'**' + v['text'] + '**' if v['holds'] else v['text']} ({_evidence(v)})"
 
 
 def _verdict_lines(report: Mapping[str, Any], score: str, better: str) -> list[str]:
@@ -645,6 +796,90 @@ def _verdict_lines(report: Mapping[str, Any], score: str, better: str) -> list[s
     lines.insert(0, f"Against baselines: {', '.join(sorted(methods)) or '-'}; a verdict holds at alpha = 0.05 "
                     "(bold). The interval column is Student t for every seed count.")
     lines.insert(1, "")
+    return lines
+
+
+READOUTS = {"accuracy": "accuracy", "auc": "AUC"}
+FORM_NAMES = {"": "training form", "step_": "one row at a time"}
+
+
+def _readout_name(metric: str) -> str:
+    """``step_inference_accuracy`` -> ``inference accuracy, one row at a time``."""
+    form = "step_" if metric.startswith("step_") else ""
+    name, kind = metric.removeprefix(form).rsplit("_", 1)
+    return f"{name} {READOUTS[kind]}, {FORM_NAMES[form]}"
+
+
+def _seed_cell(seeds: Mapping[str, Any]) -> str:
+    parts = []
+    for seed, v in seeds.items():
+        if v is None:
+            parts.append(f"{seed}: -")
+        else:
+            text = f"**{v['text']}**" if v["holds"] else v["text"]
+            parts.append(f"{seed}: {v['estimate']:.3f} [{v['low']:.3f}, {v['high']:.3f}] {text}")
+    return "; ".join(parts)
+
+
+def reward_lines(report: Mapping[str, Any]) -> list[str]:
+    """The reward-prediction section: per env the baselines as rows, then per readout each row's
+    seeds (interval, verdict), mean [t] and verdict over seeds; the pairs of rows; nothing where
+    no cell has a reward-protocol file."""
+    if not report.get("reward"):
+        return []
+    lines = ["", "## Reward prediction (s4wm paper, sections 5.5-5.6; test split)", "",
+             "Per seed: the readout of that trained model on the test episodes with its 95 % interval over them "
+             "(accuracy: Wilson; AUC: Hanley-McNeil; the episode is the unit) and its verdict against the baseline "
+             "on the same episodes; it says nothing of training-seed variance. Over seeds: the mean [95 % Student "
+             "t] and the verdict of the seeds, decided as every verdict of this report (below 5 seeds the exact "
+             "permutation test). Training form: the context filtered as the backbone trains; one row at a time: "
+             "its step form."]
+    ordered = [f"{form}{name}_{kind}" for kind in READOUTS for name in ("inference", "imagination")
+               for form in FORM_NAMES]  # REWARD_METRICS, each step form below its training form
+    for env, section in report["reward"].items():
+        base = section["baselines"]
+        lines += ["", f"### {env} (protocol `{section['protocol']}`: {section['episodes']} test episodes, "
+                  f"{section['scored_transitions']} scored transitions, {base['positives']} rewarded)", "",
+                  "| readout | row | per seed: value [95 % interval] verdict | mean [95 % Student t] | over seeds |",
+                  "|---|---|---|---|---|"]
+        for metric in ordered:
+            accuracy = metric.endswith("_accuracy")
+            name = "majority class" if accuracy else "chance"
+            lines.append(f"| {_readout_name(metric)} | baseline: {name} | no training: one value | "
+                         f"{base[name]:.3f} | |")
+            for label, readouts in section["rows"].items():
+                r = readouts.get(metric)
+                if r is not None:
+                    lines.append(f"| {_readout_name(metric)} | {label} | {_seed_cell(r['seeds'])} | {_ci(r)} "
+                                 f"| {_verdict_cell(r['verdict'])} |")
+        pairs = [(metric, pair, v) for metric, found in section["pairs"].items() for pair, v in found.items()]
+        if pairs:
+            apart = [f"{pair} ({_readout_name(metric)})" for metric, pair, v in pairs if v["holds"]]
+            methods = sorted({v["method"] for _, _, v in pairs})
+            lines += ["", f"Pairs of rows separated (paired by seed: one dataset; {', '.join(methods)}; difference "
+                      "= first minus second, higher is better): " + (", ".join(apart) if apart else
+                                                                   f"none of {len(pairs)}") + ".", "",
+                      "| readout | pair | difference of means | verdict |", "|---|---|---|---|"]
+            lines += [f"| {_readout_name(metric)} | {pair} | {v['estimate']:+.3f} | {_verdict_cell(v)} |"
+                      for metric, pair, v in pairs]
+    return lines
+
+
+def expectation_lines(report: Mapping[str, Any]) -> list[str]:
+    """The study's expected directions, each pair with its computed verdict."""
+    if not report.get("expectations"):
+        return []
+    lines = ["", "## Expected directions (the study's `expect`)", "",
+             "Each pair is *supported* only when the two rows are separated on the expected side, *contradicted* "
+             "when separated on the other, else *not separated*; decided as the pairs above.", "",
+             "| metric | env | expected | source | difference of means (first - second) | verdict |",
+             "|---|---|---|---|---|---|"]
+    for e in report["expectations"]:
+        v = e["verdict"]
+        text = f"**{e['text']}**" if e["text"] in ("supported", "contradicted") else e["text"]
+        difference, evidence = (f"{v['estimate']:+.3f}", f" ({_evidence(v)})") if v else ("-", "")
+        lines.append(f"| {e['metric']} | {e['env']} | {e['better']} better than {e['worse']} | {e['source'] or '-'} "
+                     f"| {difference} | {text}{evidence} |")
     return lines
 
 
@@ -728,6 +963,8 @@ def markdown(report: Mapping[str, Any]) -> str:
             for label, m in rows.items():
                 lines.append(f"| {env} | {label} | {m['recon_mse']:.3f} | {m['gen_mse']:.3f} "
                              f"| {m['episodes']} ({m['skipped_episodes']}) |")
+    lines += reward_lines(report)
+    lines += expectation_lines(report)
     if report.get("efficiency"):
         lines += ["", "## Efficiency (`wmzoo bench`, this machine, one process)", "",
                   "| backbone | params | train frames/s | imagine frames/s | peak RSS (MB) |", "|---|---|---|---|---|"]

@@ -9,12 +9,15 @@ Layout of ``--out DIR``::
         run.yaml, checkpoint.safetensors, tb/ ...   the run (``wmzoo run``)
         eval.json                        online: ``wmzoo eval --json``
         eval/imagination.json            offline: ``wmzoo evaluate --protocol imagination``
+        eval/reward.json                 offline, where the dataset has a reward-based protocol
+                                         (``reward``, or ``reasoning``: eval/reasoning.json)
         cell.json                        the study's record: state, commands, error, seconds
 
 A cell runs as ``python -m wmzoo.cli`` subprocesses (``run`` or ``run --resume``, then ``eval`` or
 ``evaluate``), so it is exactly what a user would type and a crash stays in its cell. Its state
-is read from its files: ``cell.json`` says ``done`` (skipped on a re-run) or ``trained`` (only the
-evaluation is left); a checkpoint without either means the cell was interrupted, and it resumes
+is read from its files: ``cell.json`` says ``done`` (skipped on a re-run while every evaluation's
+file is there; a cell done before an evaluation was added gets only that one) or ``trained`` (only
+the evaluation is left); a checkpoint without either means the cell was interrupted, and it resumes
 from that checkpoint; a failed cell is recorded with its error and tried again on a re-run.
 
 A cell's processes die with the study's process (Linux ``PR_SET_PDEATHSIG``), so a killed study
@@ -52,6 +55,8 @@ CELL_FILE = "cell.json"
 LOCK_FILE = ".study.lock"
 LOG_FILE = "log.txt"
 HEARTBEAT_S = 5.0
+REPORT_ONLY = ("expect",)
+"""Study fields no cell reads: a re-run on the same ``--out`` may change them."""
 EXECUTORS = ("local", "submitit")
 
 
@@ -205,19 +210,40 @@ def cell_commands(cell: Cell, study: StudySpec, out: Path, threads: int = 1
     if budget.offline:
         train += ["--imitation" if budget.imitation else "--offline", str(data_dir(out, cell.env))]
     resume = ["run", "--logdir", str(path), "--resume", "--steps", steps, *threads_set, "--no-progress"]
+    return train, resume, [args for args, _ in evaluations(cell, study, out)]
+
+
+def evaluations(cell: Cell, study: StudySpec, out: Path) -> list[tuple[list[str], Path]]:
+    """Each evaluation of a cell: ``(wmzoo arguments, the file it writes)``. Online and imitation:
+    ``wmzoo eval`` (``eval.json``). Offline: ``wmzoo evaluate --protocol imagination``
+    (``eval/imagination.json``) and, where the dataset has one
+    (:func:`~wmzoo.eval.memory.reward_protocol`: decided from its episodes, as the protocols score
+    them), its reward-based protocol (``eval/reward.json`` or ``eval/reasoning.json``)."""
+    path = out / cell.path
     checkpoint = str(path / "checkpoint.safetensors")
     E = study.eval
-    if not budget.in_env:
-        evaluate = [["evaluate", "--checkpoint", checkpoint, "--protocol", "imagination",
-                     "--data", str(data_dir(out, cell.env)), "--out", str(path / "eval"),
-                     "--context", str(E.context)]
-                    + (["--episodes", str(E.test_episodes)] if E.test_episodes else [])]
-    else:
-        evaluate = [["eval", "--checkpoint", checkpoint, "--episodes", str(E.episodes),
-                     "--max-steps", str(E.max_steps), "--seed", str(E.seed), "--json", str(path / "eval.json"),
-                     "--random"]  # the random policy on the same seeds: the report's baseline
-                    + (["--temperature", str(E.temperature)] if E.temperature else [])]
-    return train, resume, evaluate
+    if study.budget.in_env:
+        return [(["eval", "--checkpoint", checkpoint, "--episodes", str(E.episodes),
+                  "--max-steps", str(E.max_steps), "--seed", str(E.seed), "--json", str(path / "eval.json"),
+                  "--random"]  # the random policy on the same seeds: the report's baseline
+                 + (["--temperature", str(E.temperature)] if E.temperature else []), path / "eval.json")]
+    from wmzoo.data.dataset import MANIFEST
+    from wmzoo.eval.memory import reward_protocol
+
+    data = data_dir(out, cell.env)
+    reward = reward_protocol(data) if (data / MANIFEST).is_file() else None  # known once generated
+    protocols = ["imagination", *([reward] if reward is not None else [])]
+    return [(["evaluate", "--checkpoint", checkpoint, "--protocol", protocol, "--data", str(data),
+              "--out", str(path / "eval"), "--context", str(E.context)]
+             + (["--episodes", str(E.test_episodes)] if E.test_episodes else []), path / "eval" / f"{protocol}.json")
+            for protocol in protocols]
+
+
+def cell_done(cell: Cell, study: StudySpec, out: Path) -> bool:
+    """``cell.json`` says ``done`` and every evaluation's file is there (a cell of an older study
+    folder, done before an evaluation was added, is only evaluated again)."""
+    return (cell_record(out / cell.path).get("state") == "done"
+            and all(file.is_file() for _, file in evaluations(cell, study, out)))
 
 
 def _text(value: Any) -> str:
@@ -237,10 +263,13 @@ def run_cell(cell: Mapping[str, Any], study: Mapping[str, Any], out: str, thread
     spec = StudySpec.model_validate(study)
     path = Path(out) / c.path
     previous = cell_record(path)
-    if previous.get("state") == "done" or (processes is not None and processes.stopped):
+    if cell_done(c, spec, Path(out)) or (processes is not None and processes.stopped):
         return previous
     path.mkdir(parents=True, exist_ok=True)
-    train, resume, evaluate = cell_commands(c, spec, Path(out), threads)
+    train, resume, _ = cell_commands(c, spec, Path(out), threads)
+    # a cell done before an evaluation was added: only the evaluations it lacks
+    evaluate = [args for args, file in evaluations(c, spec, Path(out))
+                if previous.get("state") != "done" or not file.is_file()]
     job = processes is None  # submitit: this cell alone in its process
     processes = processes or Processes()
     started, before = time.time(), float(previous.get("seconds", 0.0))
@@ -256,7 +285,7 @@ def run_cell(cell: Mapping[str, Any], study: Mapping[str, Any], out: str, thread
     save()
     try:
         with processes.stopped_by(JOB_SIGNALS if job else ()):
-            if previous.get("state") != "trained" and not _trained(path, spec):
+            if previous.get("state") not in ("trained", "done") and not _trained(path, spec):
                 command = resume if (path / "checkpoint.safetensors").is_file() else train
                 _wmzoo(command, record, path, threads, processes, save)
             save("trained")
@@ -401,20 +430,24 @@ def prepare(study: StudySpec, raw: Mapping[str, Any], out: Path, log: Callable[[
     """Check ``out`` holds this study or nothing, write ``study.yaml`` and ``plan.json``, and
     generate the offline datasets; returns the cells."""
     existing = out / STUDY_FILE
+    write = not existing.exists()
     if existing.exists():
         from wmzoo.specs import load_config
 
         saved = study_from_dict(load_config(existing, what="--out: "), f"--out {out}: its {STUDY_FILE}: ")
-        if saved != study:
-            changed = [name for name in StudySpec.model_fields if getattr(saved, name) != getattr(study, name)]
+        changed = [name for name in StudySpec.model_fields if getattr(saved, name) != getattr(study, name)]
+        if set(changed) - set(REPORT_ONLY):
             raise WmzooError(
                 f"--out {out} holds another study ({', '.join(changed)} differ from {existing}); "
                 "choose another --out, or give the same study to continue it"
             )
+        if changed:  # what only the report reads: the study given replaces it
+            log(f"{existing}: {', '.join(changed)} changed (read by the report alone): rewritten")
+            write = True
     elif out.exists() and any(p.name != LOCK_FILE for p in out.iterdir()):
         raise WmzooError(f"--out {out} is not empty and holds no {STUDY_FILE}: choose an empty or new folder")
     out.mkdir(parents=True, exist_ok=True)
-    if not existing.exists():
+    if write:
         write_text_atomic(existing, yaml.safe_dump(dict(raw), sort_keys=False))
     cells = plan_cells(study, log)
     write_text_atomic(out / PLAN_FILE, json.dumps([asdict(c) for c in cells], indent=2))
@@ -444,7 +477,7 @@ def run_study(
     out = check_output_folder(out, STUDY_FILE, "--out")
     with study_lock(out):
         cells = prepare(study, raw, out, log)
-        todo = [c for c in cells if cell_record(out / c.path).get("state") != "done"]
+        todo = [c for c in cells if not cell_done(c, study, out)]
         if len(todo) < len(cells):
             log(f"{len(cells) - len(todo)} of {len(cells)} cells already done: skipped")
         if threads is None:

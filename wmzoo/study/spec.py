@@ -10,6 +10,8 @@ A study is a YAML file (``wmzoo study init`` writes a commented example, :data:`
     eval: {episodes: 20}          # greedy; temperature: T samples at T
     params: null                  # or 2_000_000: every world model scaled to ~2M parameters
     set: {train.image_size: 32}   # --set fields of every cell
+    expect:                       # optional: directions a paper reports, checked by the report
+      - {metric: inference_accuracy, order: [s4wm:tiny, rssm:tiny], source: "s4wm paper, Table 2"}
 
 Every field is validated once, here; names are checked against the registry before anything is
 written (an unknown backbone or env is one line naming the field).
@@ -95,8 +97,9 @@ class EvalSpec(Spec):
     """How each finished cell is scored. Online and imitation cells: mean return (success rate
     where the env reports one) over ``episodes`` evaluation episodes (greedy, or sampled at
     ``temperature``). Offline cells: the s4wm paper's memory
-    protocols on the dataset's test split (Gen. MSE of ``imagination``; ``reward`` accuracy on
-    Distracting Memory), ``context`` observed frames where the env has no context phase."""
+    protocols on the dataset's test split (Gen. MSE of ``imagination``; where the dataset has one,
+    the reward protocol's accuracy and AUC: ``reward`` on Distracting Memory, ``reasoning`` on Multi
+    Doors Keys), ``context`` observed frames where the env has no context phase."""
 
     episodes: int = Field(10, ge=1, le=100_000, description="online, imitation: evaluation episodes per cell")
     temperature: float | None = Field(
@@ -106,6 +109,45 @@ class EvalSpec(Spec):
     seed: int = Field(10_000, ge=0, description="online: evaluation episode i is reset with seed + i")
     context: int = Field(8, ge=1, le=10_000, description="offline: observed frames before imagining, where the env has no phases")
     test_episodes: int | None = Field(None, ge=1, description="offline: test episodes scored (null: all)")
+
+
+REWARD_METRICS = tuple(f"{form}{name}_{kind}" for kind in ("accuracy", "auc") for form in ("", "step_")
+                       for name in ("inference", "imagination"))
+"""The reward-based protocols' readouts (:func:`wmzoo.eval.memory.reward_accuracy`): accuracy and
+AUC of inference and imagination, in the backbone's training form and, ``step_``, one row at a time."""
+METRICS = {**dict.fromkeys(REWARD_METRICS, True), "gen_mse": False, "mean_return": True, "success_rate": True,
+           "human_normalized_score": True}
+"""What an expectation can order -> whether higher is better: a reward readout, or a cell score."""
+
+
+class Expectation(Spec):
+    """A direction reported elsewhere (a paper's table), checked by the report against the study's
+    own seeds: ``order`` lists rows best first, an entry may be a list of rows it does not order
+    among themselves (tied); each row is expected better than every row of a later entry, and the
+    report says of each such pair whether the study supports it, contradicts it or does not
+    separate the two (:func:`~wmzoo.eval.verdicts.separated`, paired by seed offline)."""
+
+    metric: str = Field(description=f"what is ordered: {', '.join(METRICS)}")
+    order: list[str | list[str]] = Field(
+        min_length=2, description="row names (backbones[].row, else backbone:preset), best first; "
+        "[A, B] in it: A and B not ordered")
+    envs: list[str] | None = Field(None, min_length=1, description="where it is expected (default: every env)")
+    source: str | None = Field(None, description="where the direction comes from, e.g. 's4wm paper, Table 2'")
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in METRICS:
+            raise ValueError(f"unknown metric '{value}'; expected one of {', '.join(METRICS)}")
+        return value
+
+    def tiers(self) -> list[list[str]]:
+        return [[entry] if isinstance(entry, str) else list(entry) for entry in self.order]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """``(expected better, expected worse)`` for every two rows of different entries."""
+        tiers = self.tiers()
+        return [(a, b) for i, tier in enumerate(tiers) for later in tiers[i + 1:] for a in tier for b in later]
 
 
 class StudySpec(Spec):
@@ -122,6 +164,8 @@ class StudySpec(Spec):
         None, ge=1_000, description="match every world model to this many parameters through its width knob"
     )
     set: dict[str, Any] = Field(default_factory=dict, description="--set KEY=VALUE fields of every cell")
+    expect: list[Expectation] = Field(
+        default_factory=list, description="directions reported elsewhere, each checked by the report")
 
     @field_validator("backbones", mode="before")
     @classmethod
@@ -153,6 +197,27 @@ class StudySpec(Spec):
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 raise ValueError(f"{what}: {', '.join(twice)} listed twice")
+        return self
+
+    @model_validator(mode="after")
+    def _expected_rows(self) -> StudySpec:
+        """Every row and env an expectation names is the study's, each row once."""
+        labels = self.labels()
+        for i, expectation in enumerate(self.expect):
+            rows = [row for tier in expectation.tiers() for row in tier]
+            unknown = [row for row in rows if row not in labels]
+            if unknown:
+                raise ValueError(f"expect[{i}].order: {unknown[0]!r} is not a row of the study "
+                                 f"(rows: {', '.join(labels)})")
+            twice = sorted({row for row in rows if rows.count(row) > 1})
+            if twice:
+                raise ValueError(f"expect[{i}].order: {', '.join(twice)} listed twice")
+            if not expectation.pairs():
+                raise ValueError(f"expect[{i}].order: give at least two entries (one row better than another)")
+            other = [env for env in expectation.envs or [] if env not in self.envs]
+            if other:
+                raise ValueError(f"expect[{i}].envs: {other[0]!r} is not an env of the study "
+                                 f"(envs: {', '.join(self.envs)})")
         return self
 
     @model_validator(mode="after")
@@ -267,4 +332,13 @@ params: null
 # --set fields of every cell
 set:
   train.image_size: 64
+
+# optional: directions reported elsewhere (a paper's table), checked against this study's seeds;
+# `order` lists rows best first ([a, b]: not ordered among themselves); the report says of each
+# expected pair: supported, contradicted or not separated. Metrics: the score (gen_mse,
+# mean_return, success_rate, human_normalized_score) or, offline on a memory task with a reward
+# protocol, inference_accuracy, imagination_accuracy, inference_auc, imagination_auc (step_*: one
+# row at a time)
+expect: []
+#  - {metric: mean_return, order: [s4wm:tiny, rssm:tiny], envs: [minigrid-memory-s7], source: "..."}
 """
