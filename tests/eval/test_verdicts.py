@@ -125,6 +125,17 @@ def test_auc_interval_is_hanley_mcneil():
     assert low < 0.5 < high
 
 
+def test_auc_interval_is_not_empty_at_a_perfect_ranking():
+    # Catches: a perfect ranking of 1 positive and 1 negative "beating" chance with the empty
+    # interval [1, 1] (the formula's variance is 0 at AUC 0 and 1).
+    _, low, high = auc_interval(1.0, 1, 1)
+    assert low < 0.5 and high == 1.0
+    _, low, high = auc_interval(0.0, 1, 1)
+    assert low == 0.0 and high > 0.5
+    _, low, high = auc_interval(1.0, 10, 10)  # the variance at 0.95: still clear of chance
+    assert 0.8 < low < 0.95 and high == 1.0
+
+
 def test_welch_from_moments_agrees_with_welch_over_values():
     # Catches: the variances not divided by their counts, the degrees of freedom not rounded down
     rng = np.random.default_rng(0)

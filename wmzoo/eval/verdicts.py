@@ -157,11 +157,18 @@ def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, f
 def auc_interval(auc: float, positives: float, negatives: float, z: float = 1.96) -> tuple[float, float, float]:
     """``(auc, low, high)``: the area under the ROC curve with the Hanley-McNeil (1982) normal
     95 % interval from ``positives`` and ``negatives`` independent scored items (pass effective
-    counts where items are clustered, e.g. divided by the cluster size)."""
+    counts where items are clustered, e.g. divided by the cluster size).
+
+    At a perfect (or perfectly inverted) ranking the formula's variance is 0, an empty interval
+    that 1 positive and 1 negative would "prove"; the variance is therefore taken at the AUC
+    pulled within half an item of the bounds (``1 / (2 min(positives, negatives))``), which
+    changes nothing away from them (1.0 over 1 + 1 items: [0.02, 1]; over 10 + 10: [0.90, 1])."""
     if positives < 1 or negatives < 1 or not 0 <= auc <= 1:
         raise WmzooError(f"an AUC interval needs both classes and 0 <= AUC <= 1, got {auc} ({positives}/{negatives})")
-    q1, q2 = auc / (2 - auc), 2 * auc * auc / (1 + auc)
-    var = (auc * (1 - auc) + (positives - 1) * (q1 - auc * auc) + (negatives - 1) * (q2 - auc * auc)) / (
+    edge = 1 / (2 * min(positives, negatives))
+    a = min(max(auc, edge), 1 - edge)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (positives - 1) * (q1 - a * a) + (negatives - 1) * (q2 - a * a)) / (
         positives * negatives)
     half = z * math.sqrt(max(var, 0.0))
     return auc, max(0.0, auc - half), min(1.0, auc + half)
