@@ -104,6 +104,11 @@ class BackboneEntry:
     ``paper_envs`` names the environments (or families, ``atari-*``) its paper evaluates on;
     the extra of the plugin's distribution named like the backbone installs them
     (``pip install "wmzoo[rem]"``), and ``wmzoo list`` says so.
+
+    ``observations`` is the observation specs it models (:class:`~wmzoo.interfaces.EnvInfo`):
+    ``"any"`` (images, vectors and dicts of them; :mod:`wmzoo.nn.obs`) or ``"image"`` (a pixel env's
+    one ``image`` entry only, as the token backbones' tokenizers need). The registry refuses any
+    other env in one line before building, and ``wmzoo list`` shows it.
     """
 
     name: str
@@ -118,6 +123,7 @@ class BackboneEntry:
     width: WidthKnob | None = None
     paper_envs: tuple[str, ...] = ()
     behaviour_check: BehaviourCheck = field(default_factory=BehaviourCheck)
+    observations: str = "any"
 
 
 @dataclass(frozen=True)
