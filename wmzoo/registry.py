@@ -266,9 +266,11 @@ class Registry:
         return self._lookup("policy", name)
 
     def env(self, name: str) -> EnvEntry:
-        for entry in self.tables["env"].values():
-            if entry.matches(name):
-                return entry
+        """The entry of ``name``: an exact name or alias first, else the family with the longest
+        prefix (``dmc-proprio-*`` before ``dmc-*``)."""
+        found = [entry for entry in self.tables["env"].values() if entry.matches(name)]
+        if found:
+            return max(found, key=lambda e: (not e.name.endswith("*"), len(e.name)))
         self._raise_if_failed("env", "environment", name)
         raise UnknownNameError(_unknown("environment", name, self.env_names()))
 

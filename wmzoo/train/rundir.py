@@ -270,7 +270,7 @@ def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndar
     real = {k: v[0].cpu().numpy() for k, v in obs_entries(batch.obs).items() if k in model}
     if set(model) == {IMAGE}:
         return real[IMAGE], model[IMAGE]
-    return obs_frames(real), obs_frames(model)
+    return obs_frames(real), obs_frames(model, like=real)
 
 
 def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
