@@ -549,10 +549,11 @@ def format_env_table(records: list[EnvBenchRecord]) -> str:
     if not records:
         return ""
     base = records[0].throughput
-    rows = [f"{'env':<24}{'vector':<8}{'envs':>5}{'steps':>8}{'steps/s':>11}{'ratio':>8}"]
+    width = max(24, *(len(r.env) + 2 for r in records))  # dmc-proprio-cartpole-swingup is 28
+    rows = [f"{'env':<{width}}{'vector':<8}{'envs':>5}{'steps':>8}{'steps/s':>11}{'ratio':>8}"]
     for r in records:
         rows.append(
-            f"{r.env:<24}{r.vector:<8}{r.envs:>5}{r.steps:>8}{r.throughput:>11.1f}"
+            f"{r.env:<{width}}{r.vector:<8}{r.envs:>5}{r.steps:>8}{r.throughput:>11.1f}"
             f"{r.throughput / base:>8.2f}"
         )
     return "\n".join(rows)

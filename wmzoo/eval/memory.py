@@ -54,7 +54,7 @@ from wmzoo.data.dataset import Manifest, iter_episodes, load_episodes
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.eval.plots import line_plot
 from wmzoo.imagination import imagine, replay_actions
-from wmzoo.interfaces import Batch, State, WorldModel
+from wmzoo.interfaces import Batch, EnvInfo, State, WorldModel
 
 PROTOCOLS = ("imagination", "recall", "reward", "reasoning", "probing")
 MAX_EXTRA_FRAMES = 20
@@ -557,13 +557,13 @@ def evaluate_memory(
     fixed_context = context is not None and protocol != "probing"  # --context given: count what it leaves out
     manifest, stream, skipped = scored_episodes(data, split, episodes, context, skip_short=fixed_context)
     agent = load_agent(checkpoint, device)
-    if (tuple(agent.env.obs_shape), agent.env.num_actions, agent.env.discrete) != (
-        tuple(manifest.env_info.obs_shape), manifest.env_info.num_actions, manifest.env_info.discrete
+    if (agent.env.obs_space, agent.env.num_actions, agent.env.discrete) != (
+        manifest.env_info.obs_space, manifest.env_info.num_actions, manifest.env_info.discrete
     ):
         raise WmzooError(
-            f"checkpoint {checkpoint} was trained on {agent.env.name} {list(agent.env.obs_shape)} "
+            f"checkpoint {checkpoint} was trained on {agent.env.name} {_shapes(agent.env)} "
             f"with {agent.env.num_actions} actions; the dataset holds {manifest.args.env} "
-            f"{list(manifest.env_info.obs_shape)} with {manifest.env_info.num_actions}"
+            f"{_shapes(manifest.env_info)} with {manifest.env_info.num_actions}"
         )
     wm = agent.world_model
     wm.eval()
@@ -629,3 +629,8 @@ def summary(results: dict[str, Any]) -> list[str]:
         shown = ", ".join(f"{k} {v:.3f}" for k, v in values.items()) if isinstance(values, dict) else f"{values:.3f}"
         lines.append(f"baseline {name}: {shown}")
     return lines
+
+
+def _shapes(info: EnvInfo) -> str:
+    """A pixel env's ``[C, H, W]`` as before the observation spec; other specs in words."""
+    return str(list(info.obs_shape)) if info.pixel else f"({info.describe_obs()})"
