@@ -106,9 +106,10 @@ class BackboneEntry:
     (``pip install "wmzoo[rem]"``), and ``wmzoo list`` says so.
 
     ``observations`` is the observation specs it models (:class:`~wmzoo.interfaces.EnvInfo`):
-    ``"any"`` (images, vectors and dicts of them; :mod:`wmzoo.nn.obs`) or ``"image"`` (a pixel env's
-    one ``image`` entry only, as the token backbones' tokenizers need). The registry refuses any
-    other env in one line before building, and ``wmzoo list`` shows it.
+    ``"image"`` (the default: a pixel env's one ``image`` entry, what every backbone written before
+    the observation spec models; the token backbones' tokenizers) or ``"any"`` (images, vectors and
+    dicts of them, e.g. through :mod:`wmzoo.nn.obs`). The registry refuses any other env in one
+    line before building, and ``wmzoo list`` shows it.
     """
 
     name: str
@@ -123,7 +124,7 @@ class BackboneEntry:
     width: WidthKnob | None = None
     paper_envs: tuple[str, ...] = ()
     behaviour_check: BehaviourCheck = field(default_factory=BehaviourCheck)
-    observations: str = "any"
+    observations: str = "image"
 
 
 @dataclass(frozen=True)
