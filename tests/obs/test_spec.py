@@ -104,3 +104,27 @@ def test_wmzoo_list_shows_what_each_backbone_observes(capsys):
     for name, shown in (("iris", "one image only"), ("rssm", "images, vectors and dicts of them")):
         at = next(i for i, line in enumerate(out) if line.split() and line.split()[0] == name)
         assert out[at + 1].strip() == f"observations: {shown}"
+
+
+def test_key_selection_errors_are_one_line(capsys, tmp_path):
+    cases = [
+        (["--set", "model.encoder_keys=("], "model.encoder_keys: '(' is not a regular expression"),
+        (["--set", "model.decoder_keys=camera"], "model.decoder_keys='camera' selects none of env 'gym-cartpole'"),
+    ]
+    for extra, expected in cases:
+        code = main(["run", "--backbone", "rssm", "--env", "gym-cartpole", "--preset", "tiny", "--steps", "10",
+                     "--logdir", str(tmp_path / "r"), *extra])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and expected in err, err
+        assert not (tmp_path / "r" / "checkpoint.safetensors").exists()
+
+
+def test_decoder_keys_choose_what_is_reconstructed():
+    from wmzoo.registry import create_world_model
+
+    wm = create_world_model("rssm", BOTH, "tiny", {"cnn_stages": 2, "decoder_keys": "state"})
+    out = wm.loss(synthetic_batch(BOTH, 2, 4, torch.device("cpu")))
+    assert "recon_state" in out.metrics and "recon_image" not in out.metrics
+    assert wm.encoder.images == ["image"] and wm.encoder.vectors == ["state"]  # the encoder still reads both
+    decoded = wm.decode(wm.initial_state(2))
+    assert set(decoded) == {"state"} and decoded["state"].dtype == torch.float32

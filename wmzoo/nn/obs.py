@@ -56,7 +56,7 @@ class ObsKeysSpec(Spec):
         try:
             re.compile(value)
         except re.error as exc:
-            raise ValueError(f"not a regular expression ({exc})") from None
+            raise ValueError(f"{value!r} is not a regular expression ({exc})") from None
         return value
 
 
