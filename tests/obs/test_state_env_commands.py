@@ -48,3 +48,11 @@ def test_rssm_runs_end_to_end_on_gym_cartpole(tmp_path, capsys):
     assert main(["imagine", "--checkpoint", str(logdir), "--out", str(tmp_path / "i.png")]) == 0
     assert main(["run", "--resume", "--logdir", str(logdir), "--steps", "320", "--no-progress"]) == 0
     assert len(Replay.load(logdir / "replay")) >= 320
+
+
+def test_bench_train_records_the_observation_spec_it_timed(tmp_path, capsys):
+    out = tmp_path / "train.json"
+    assert main(["bench", "--mode", "train", "--backbones", "rssm:tiny", "--env", "gym-cartpole", "--batch", "2",
+                 "--seq-len", "4", "--iters", "1", "--warmup", "0", "--no-components", "--json", str(out)]) == 0
+    (record,) = json.loads(out.read_text())
+    assert record["observations"] == "gym-cartpole: state float32 [4]" and record["throughput"] > 0
