@@ -36,7 +36,7 @@ from wmzoo.data import Replay
 from wmzoo.data.dataset import recorded_env_info
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import IMAGE, Batch, EnvInfo, map_obs, obs_entries, stack_obs
+from wmzoo.interfaces import Batch, EnvInfo, map_obs, obs_entries, stack_obs
 from wmzoo.outputs import check_output_folder
 from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
@@ -246,10 +246,10 @@ def recorded_image_size(run: RunSpec, info: EnvInfo) -> RunSpec:
 @torch.no_grad()
 def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndarray, np.ndarray]:
     """Observe the first ``context`` frames of a 1-row batch, then imagine the rest under the
-    recorded actions. Returns ``(real, model)`` uint8 ``[T, C, H, W]``; the model's first
-    ``context`` frames are reconstructions of the observed ones. Observations other than one
-    image (a dict of entries) come back as their RGB frames (:func:`~wmzoo.train.logger.obs_frames`),
-    every entry the model decodes beside its real one."""
+    recorded actions. Returns ``(real, model)`` as RGB frames uint8 ``[T, 3, H, W]``
+    (:func:`~wmzoo.train.logger.obs_frames`: a 3-channel image as it is, a many-channel one in
+    colours, every entry the model decodes beside its real one); the model's first ``context``
+    frames are reconstructions of the observed ones."""
     from wmzoo.imagination import imagine, replay_actions
 
     wm = agent.world_model
@@ -268,8 +268,6 @@ def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndar
     recon_entries, imagined = obs_entries(stack_obs(recon)), obs_entries(traj.images)
     model = {k: torch.cat([recon_entries[k], v[1:, 0]]).cpu().numpy() for k, v in imagined.items()}
     real = {k: v[0].cpu().numpy() for k, v in obs_entries(batch.obs).items() if k in model}
-    if set(model) == {IMAGE}:
-        return real[IMAGE], model[IMAGE]
     return obs_frames(real), obs_frames(model, like=real)
 
 
