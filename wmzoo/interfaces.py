@@ -2,7 +2,8 @@
 
 Data conventions (docs/architecture.md, "Alignment"): a batch holds sequences ``obs`` (an
 :data:`Obs`: uint8 ``[B, T, C, H, W]`` for a pixel env, else a dict of the env's named entries,
-images uint8 ``[B, T, C, H, W]`` and vectors float32 ``[B, T, D]``; see :class:`ObsEntry`), ``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
+images uint8 ``[B, T, C, H, W]`` and vectors float32 ``[B, T, D]``; see :class:`ObsEntry`),
+``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
 ``terminal`` bool ``[B, T]`` and ``is_first`` bool ``[B, T]``. ``action[t]`` is taken after
 seeing ``obs[t]``; ``reward[t]`` and ``terminal[t]`` result from it. An episode of ``n`` steps is
 stored as ``n + 1`` rows: the last row holds the final observation with a zero action, zero reward

@@ -186,11 +186,12 @@ class TokenWMWorldModel(WorldModel):
             self.encoder: nn.Module | None = DINOv2Encoder(spec.encoder_weights, spec.encoder_size)
             N_z, D_z = self.encoder.tokens, self.encoder.dim
         elif self.image:
-            self.encoder = ViTEncoder(self.image_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads, spec.mult)
+            self.encoder = ViTEncoder(self.image_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads,
+                                      spec.mult)
             N_z, D_z = self.num_patches, spec.encoder_dim
         else:
             self.encoder, N_z, D_z = None, 0, spec.encoder_dim
-        # a vector entry is one more token: symlog (DreamerV3 section 2) and a learned projection to D_z
+        # a vector entry is one more token: symlog (DreamerV3 §2, eq. 10) and a learned projection to D_z
         self.vector_in = nn.ModuleDict({k: nn.Linear(encoded[k].shape[0], D_z) for k in self.vectors})
         N_z += len(self.vectors)
         self.h0 = nn.Parameter(torch.randn(N_h, D) * 0.02)
@@ -210,8 +211,9 @@ class TokenWMWorldModel(WorldModel):
             )
         pixels = p * p * c  # a patch's pixels
         patches = self.num_patches if self.image in decoded else 0
-        self.vector_out = nn.ModuleDict({k: nn.Sequential(
-            nn.Linear(spec.dim, spec.decoder_hidden), nn.GELU(), nn.Linear(spec.decoder_hidden, env.obs_spec[k].shape[0]))
+        self.vector_out = nn.ModuleDict({
+            k: nn.Sequential(nn.Linear(spec.dim, spec.decoder_hidden), nn.GELU(),
+                             nn.Linear(spec.decoder_hidden, env.obs_spec[k].shape[0]))
             for k in self.decoded})
         self.decoded_patches = patches
         if spec.target == "pixels":  # a query per patch (the shared MLP), then one per decoded vector
@@ -388,7 +390,8 @@ class TokenWMWorldModel(WorldModel):
             total = total + views["view"]
         with torch.no_grad():
             metrics = {"model": total, "state": state, "recon": recon, "reward": reward, "cont": cont,
-                       **views, **head_metrics, **({f"recon_{k}": v for k, v in parts.items()} if not self.env.pixel else {})}
+                       **views, **head_metrics,
+                       **({f"recon_{k}": v for k, v in parts.items()} if not self.env.pixel else {})}
         starts = slice(None, None, spec.start_stride)
         return TrainOutput(
             losses={"model": total},

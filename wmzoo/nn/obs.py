@@ -10,10 +10,11 @@ As in DreamerV3 (Hafner et al., 2023, appendix "Networks" and its code's ``Multi
 (:class:`~wmzoo.nn.cnn.ConvEncoder`; they must share ``H × W``) and all selected vectors are
 concatenated into one MLP; the two embeddings are concatenated. Vector inputs pass through
 ``symlog`` first, and the vector decoder predicts ``symlog(x)`` under a squared error (DreamerV3
-section 2, "Robust predictions", eq. 1–2: ``symlog`` on the encoder's vector inputs and the
-symlog squared loss ``½ (f(x, θ) − symlog(y))²`` for the decoder's vector targets; decoding
-applies ``symexp``). Images keep the unit-variance Gaussian of :func:`~wmzoo.nn.cnn.recon_loss`.
-Each decoded entry's loss is kept under its own name (``recon_<name>`` in the metrics).
+§2, "Robust predictions", eq. 9–10: the symlog squared loss ``½ (f(x, θ) − symlog(y))²`` and
+``symlog``/``symexp``, applied to the vector observations as the encoder's inputs and the
+decoder's targets; decoding applies ``symexp``). Images keep the unit-variance Gaussian of
+:func:`~wmzoo.nn.cnn.recon_loss`. Each decoded entry's loss is kept under its own name
+(``recon_<name>`` in the metrics).
 
 A pixel env (one ``image`` entry) builds exactly the CNN it built before the spec existed, and a
 checkpoint saved then (``encoder.net.*``, ``decoder.linear.*`` / ``decoder.net.*``) loads into it.
@@ -154,7 +155,7 @@ class ObsDecoder(Decoder):
     def losses(self, features: Tensor, obs: Obs) -> dict[str, Tensor]:
         """Per entry, the negative log-likelihood up to constants, summed over the entry and
         averaged over the leading axes: images :func:`recon_loss`, vectors the symlog squared
-        error ``Σ_d (pred_d − symlog(x_d))²`` (DreamerV3 eq. 2, without its ½ as the image loss)."""
+        error ``Σ_d (pred_d − symlog(x_d))²`` (DreamerV3 §2, eq. 9, without its ½ as the image loss)."""
         entries = obs_entries(obs)
         out = {}
         for key, pred in obs_entries(self(features)).items():

@@ -45,7 +45,9 @@ class LatentWorldModelSpec(WorldModelSpec, ObsKeysSpec):
         default_factory=KLSpec,
         description="KL loss: free nats and DreamerV3 weights, or DreamerV2 balancing",
     )
-    recon_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reconstruction loss (every decoded entry's)")
+    recon_scale: float = Field(
+        1.0, ge=0, le=1000, description="weight of the reconstruction loss (every decoded entry's)"
+    )
     reward_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reward loss")
     cont_scale: float = Field(1.0, ge=0, le=1000, description="weight of the continue loss")
     reward_bins: int = Field(255, ge=2, le=4096, description="two-hot bins of the reward head")

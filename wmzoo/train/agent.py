@@ -154,7 +154,8 @@ class Agent(nn.Module):
         acting["prev_action"][first] = 0
         with self.autocast():
             state = self.world_model.observe_step(
-                acting["state"], map_obs(lambda x: torch.as_tensor(x, device=self.device), obs), acting["prev_action"], first
+                acting["state"], map_obs(lambda x: torch.as_tensor(x, device=self.device), obs),
+                acting["prev_action"], first,
             )
             pstate = acting["pstate"]
             if pstate:
