@@ -150,3 +150,39 @@ def test_a_dict_dataset_written_interrupted_resumed_reads_back_identical(tmp_pat
     np.testing.assert_array_equal(first["obs.state"][:, 0], np.arange(13, dtype=np.float32))
     batch = Replay.load(root / "train").sample(2, 6)
     assert set(batch.obs) == {"image", "state"}
+
+
+WRITER = """
+import sys, numpy as np
+from wmzoo.data import Replay
+replay = Replay(sys.argv[1], capacity=10**9, chunk_size=16)
+i = 0
+while True:
+    obs = {"image": np.full((3, 32, 32), i % 256, np.uint8), "state": np.asarray([i, -i], np.float32)}
+    replay.add(0, obs, i % 3, float(i), False, i % 50 == 0)
+    i += 1
+    if i == 64:
+        print("written", flush=True)
+"""
+
+
+def test_a_dict_replay_killed_by_sigkill_while_writing_resumes_with_every_whole_chunk(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "written"
+    time.sleep(0.3)  # it goes on writing chunk after chunk
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = Replay(tmp_path, capacity=10**9, chunk_size=16)
+    n = len(resumed)
+    assert n >= 64 and n % 16 == 0 and not list(tmp_path.glob("*.tmp"))
+    back = on_disk(tmp_path)  # every row the killed process finished, in order, intact
+    np.testing.assert_array_equal(back["obs.state"][:, 0], np.arange(n, dtype=np.float32))
+    np.testing.assert_array_equal(back["obs.image"][:, 0, 0, 0], np.arange(n) % 256)
+    resumed.add(0, {"image": np.zeros((3, 32, 32), np.uint8), "state": np.zeros(2, np.float32)}, 0, 0.0, False, True)
+    resumed.flush()
+    assert len(Replay.load(tmp_path)) == n + 1
