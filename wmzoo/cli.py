@@ -351,6 +351,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         for r in group:
             status = "ok" if r.available else f"unavailable: {r.reason}"
             print(f"  {r.name:<24} {status:<14} {r.description if r.available else ''}".rstrip())
+            if r.observations:
+                print(f"  {'':<24} {'':<14} observations: {r.observations}")
             if r.hint:
                 print(f"  {'':<24} {'':<14} {r.hint}")
     return 0

@@ -223,7 +223,8 @@ def check_fits_in_memory(run: RunSpec, info: EnvInfo | None = None, rows: int | 
     except Exception:  # noqa: BLE001 - the real build reports its own error, with the real env
         return
     params = sum(p.numel() for module in (world_model, policy) for p in module.parameters())
-    frames = rows * prod(info.obs_shape) * (1 + 4)
+    # every observation entry as stored (uint8 images, float32 vectors) and as float32 in the model
+    frames = rows * sum(prod(e.shape) * (1 + 4 if e.kind == "image" else 4 + 4) for e in info.obs_spec.values())
     need = params * 4 * 4 + frames
     try:
         device = torch.device(device_name(run.train.device))

@@ -104,6 +104,12 @@ class BackboneEntry:
     ``paper_envs`` names the environments (or families, ``atari-*``) its paper evaluates on;
     the extra of the plugin's distribution named like the backbone installs them
     (``pip install "wmzoo[rem]"``), and ``wmzoo list`` says so.
+
+    ``observations`` is the observation specs it models (:class:`~wmzoo.interfaces.EnvInfo`):
+    ``"image"`` (the default: a pixel env's one ``image`` entry, what every backbone written before
+    the observation spec models; the token backbones' tokenizers) or ``"any"`` (images, vectors and
+    dicts of them, e.g. through :mod:`wmzoo.nn.obs`). The registry refuses any other env in one
+    line before building, and ``wmzoo list`` shows it.
     """
 
     name: str
@@ -118,6 +124,7 @@ class BackboneEntry:
     width: WidthKnob | None = None
     paper_envs: tuple[str, ...] = ()
     behaviour_check: BehaviourCheck = field(default_factory=BehaviourCheck)
+    observations: str = "image"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from wmzoo.interfaces import Policy, State, Trajectory, WorldModel
+from wmzoo.interfaces import Policy, State, Trajectory, WorldModel, stack_obs
 
 ActFn = Callable[[Tensor, State], tuple[Tensor, State]]
 
@@ -90,7 +90,7 @@ def _imagine(
         conts=torch.stack(conts),
         weights=torch.stack(weights),
         policy_state=initial_pstate,
-        images=torch.stack(images) if images is not None else None,
+        images=stack_obs(images) if images is not None else None,
     )
 
 

@@ -1,7 +1,9 @@
 """The contract between wmzoo's core and every backbone and policy.
 
-Data conventions (docs/architecture.md, "Alignment"): a batch holds sequences ``obs`` uint8
-``[B, T, C, H, W]``, ``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
+Data conventions (docs/architecture.md, "Alignment"): a batch holds sequences ``obs`` (an
+:data:`Obs`: uint8 ``[B, T, C, H, W]`` for a pixel env, else a dict of the env's named entries,
+images uint8 ``[B, T, C, H, W]`` and vectors float32 ``[B, T, D]``; see :class:`ObsEntry`),
+``action`` ``[B, T]`` int64 (discrete) or ``[B, T, A]`` float32, ``reward`` float32 ``[B, T]``,
 ``terminal`` bool ``[B, T]`` and ``is_first`` bool ``[B, T]``. ``action[t]`` is taken after
 seeing ``obs[t]``; ``reward[t]`` and ``terminal[t]`` result from it. An episode of ``n`` steps is
 stored as ``n + 1`` rows: the last row holds the final observation with a zero action, zero reward
@@ -32,6 +34,42 @@ if TYPE_CHECKING:
 
 State = dict[str, Tensor]
 """A recurrent state: named tensors, batch first."""
+
+Obs = Any
+"""Observations of a batch, a row or a step: one array (a tensor or a numpy array) for a pixel
+env, whose spec is the one ``image`` entry (every env before the observation spec was one), or a
+dict of named arrays, one per entry of the env's spec, for every other spec
+(:attr:`EnvInfo.obs_space`). :func:`map_obs` applies a function to every array of either."""
+
+IMAGE = "image"
+"""The entry name of a pixel env's one image."""
+
+
+def map_obs(fn: Callable[[Any], Any], obs: Obs) -> Obs:
+    """``fn`` applied to the one array of a pixel env's observations or to every entry of a dict."""
+    return {key: fn(value) for key, value in obs.items()} if isinstance(obs, dict) else fn(obs)
+
+
+def obs_entries(obs: Obs) -> dict[str, Any]:
+    """Observations as a dict of named entries (a pixel env's array is its ``image`` entry)."""
+    return dict(obs) if isinstance(obs, dict) else {IMAGE: obs}
+
+
+def pack_obs(entries: dict[str, Any]) -> Obs:
+    """The inverse of :func:`obs_entries`: the one array when ``entries`` is the ``image`` alone."""
+    return entries[IMAGE] if set(entries) == {IMAGE} else dict(entries)
+
+
+def stack_obs(rows: list[Obs], dim: int = 0) -> Obs:
+    """Stack per-row observations (numpy arrays or tensors) into one, entry by entry."""
+    import numpy as np
+
+    def stack(values: list[Any]) -> Any:
+        return torch.stack(values, dim) if isinstance(values[0], Tensor) else np.stack(values, dim)
+
+    if isinstance(rows[0], dict):
+        return {key: stack([row[key] for row in rows]) for key in rows[0]}
+    return stack(rows)
 
 
 # --------------------------------------------------------------------------- state helpers
@@ -75,26 +113,103 @@ def reset_state(state: State, initial: State, mask: Tensor) -> State:
 
 
 @dataclass(frozen=True)
+class ObsEntry:
+    """One named entry of an env's observations: an *image*, uint8 ``(C, H, W)``, or a *vector*,
+    float32 ``(D,)`` (proprioception, a classic-control state)."""
+
+    shape: tuple[int, ...]
+    dtype: str  # "uint8" (an image) or "float32" (a vector)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        whole = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.shape)
+        if not whole or not (
+            (len(self.shape) == 3 and self.dtype == "uint8") or (len(self.shape) == 1 and self.dtype == "float32")
+        ):
+            raise ValueError(f"{self.dtype} {list(self.shape)} is neither an image (uint8 [C, H, W]) "
+                             "nor a vector (float32 [D])")
+
+    @property
+    def kind(self) -> str:
+        """``"image"`` or ``"vector"``."""
+        return "image" if len(self.shape) == 3 else "vector"
+
+    def describe(self) -> str:
+        return f"{self.dtype} {list(self.shape)}"
+
+
+@dataclass(frozen=True)
 class EnvInfo:
-    """What a model needs to know about an environment: shapes, not the env itself."""
+    """What a model needs to know about an environment: shapes, not the env itself.
+
+    ``obs_space`` is the observation spec: named :class:`ObsEntry` pairs in the env's order.
+    A *pixel env* is one entry, ``image`` (every env before the spec was one): give it as
+    ``obs_shape`` ``(C, H, W)`` alone, as before, and its observations stay one array. Any other
+    spec leaves ``obs_shape`` ``None`` and its observations are dicts (:data:`Obs`).
+    """
 
     name: str
-    obs_shape: tuple[int, int, int]  # (C, H, W), uint8
+    obs_shape: tuple[int, int, int] | None  # (C, H, W) uint8 of a pixel env; None for other specs
     num_actions: int  # discrete actions; for continuous control the action dimension
     discrete: bool = True
+    obs_space: tuple[tuple[str, ObsEntry], ...] = ()
+
+    def __post_init__(self) -> None:
+        space = self.obs_space
+        if isinstance(space, dict):
+            space = tuple(space.items())
+        space = tuple((str(k), v if isinstance(v, ObsEntry) else ObsEntry(**v) if isinstance(v, dict)
+                       else ObsEntry(*v)) for k, v in space)
+        if not space:
+            if self.obs_shape is None:
+                raise ValueError("an env needs obs_shape (a pixel env) or obs_space")
+            space = ((IMAGE, ObsEntry(tuple(self.obs_shape), "uint8")),)
+        if len({k for k, _ in space}) != len(space):
+            raise ValueError(f"observation entry names repeat: {[k for k, _ in space]}")
+        pixel = len(space) == 1 and space[0][0] == IMAGE and space[0][1].kind == "image"
+        object.__setattr__(self, "obs_space", space)
+        object.__setattr__(self, "obs_shape", space[0][1].shape if pixel else None)
+
+    @property
+    def obs_spec(self) -> dict[str, ObsEntry]:
+        """The observation entries by name, in the env's order."""
+        return dict(self.obs_space)
+
+    @property
+    def pixel(self) -> bool:
+        """Whether the spec is the one ``image`` entry (observations are one array)."""
+        return self.obs_shape is not None
+
+    def describe_obs(self) -> str:
+        """The spec in words, e.g. ``image uint8 [3, 64, 64], state float32 [4]``."""
+        return ", ".join(f"{k} {v.describe()}" for k, v in self.obs_space)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; a pixel env's are those written before the spec (no ``obs_space``),
+        so its env.json, manifest and checkpoint header do not change."""
+        out: dict[str, Any] = {"name": self.name, "obs_shape": None if self.obs_shape is None else list(self.obs_shape),
+                               "num_actions": self.num_actions, "discrete": self.discrete}
+        if not self.pixel:
+            out["obs_space"] = {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in self.obs_space}
+        return out
 
     @classmethod
     def from_dict(cls, fields: dict[str, Any]) -> EnvInfo:
-        """From ``dataclasses.asdict`` output read back from JSON (lists become the shape tuple);
+        """From :meth:`to_dict` (or ``dataclasses.asdict``) output read back from JSON;
         ``ValueError`` when the fields do not describe an env (an edited or foreign file)."""
         try:
-            info = cls(**{**fields, "obs_shape": tuple(fields["obs_shape"])})
-        except (KeyError, TypeError) as exc:
+            shape = fields["obs_shape"]
+            space = fields.get("obs_space") or ()
+            if isinstance(space, dict):
+                space = tuple(space.items())
+            info = cls(**{**fields, "obs_shape": None if shape is None else tuple(shape),
+                          "obs_space": tuple((k, ObsEntry(**v) if isinstance(v, dict) else ObsEntry(*v))
+                                             for k, v in space)})
+        except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
-        whole = [n for n in (*info.obs_shape, info.num_actions) if isinstance(n, int) and not isinstance(n, bool) and n >= 1]
-        if not (isinstance(info.name, str) and len(info.obs_shape) == 3 and len(whole) == 4
-                and isinstance(info.discrete, bool)):
-            raise ValueError("name, obs_shape [C, H, W], num_actions and discrete do not describe an env")
+        whole = isinstance(info.num_actions, int) and not isinstance(info.num_actions, bool) and info.num_actions >= 1
+        if not (isinstance(info.name, str) and whole and isinstance(info.discrete, bool)):
+            raise ValueError("name, obs_shape [C, H, W] or obs_space, num_actions and discrete do not describe an env")
         return info
 
     @property
@@ -110,7 +225,7 @@ class EnvInfo:
 class Batch:
     """A batch of sequences (see the module docstring for shapes and alignment)."""
 
-    obs: Tensor
+    obs: Obs  # a tensor for a pixel env, else a dict of the spec's entries (module docstring)
     action: Tensor
     reward: Tensor
     terminal: Tensor
@@ -121,12 +236,16 @@ class Batch:
         """``(B, T)``."""
         return tuple(self.reward.shape[:2])  # type: ignore[return-value]
 
+    def map(self, fn: Callable[[Tensor], Tensor]) -> Batch:
+        """``fn`` applied to every tensor (each observation entry included)."""
+        return Batch(**{f.name: map_obs(fn, getattr(self, f.name)) for f in fields(self)})
+
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return self.map(lambda x: x.to(device))
 
     def slice(self, start: int, stop: int) -> Batch:
         """The time window ``[start, stop)`` of every field."""
-        return Batch(**{f.name: getattr(self, f.name)[:, start:stop] for f in fields(self)})
+        return self.map(lambda x: x[:, start:stop])
 
     def windows(self, size: int, stride: int | None = None) -> Batch:
         """``[B, T]`` → ``[B · n, size]``: the windows of ``size`` steps starting every ``stride``
@@ -139,20 +258,25 @@ class Batch:
             raise ValueError(f"windows of {size} steps every {stride} do not fit {T} steps")
         n = (T - size) // stride + 1
         index = (torch.arange(n)[:, None] * stride + torch.arange(size)).to(self.reward.device)
-        return Batch(**{f.name: getattr(self, f.name)[:, index].flatten(0, 1) for f in fields(self)})
+        return self.map(lambda x: x[:, index].flatten(0, 1))
 
     def validate(self, env: EnvInfo) -> None:
         """Raise ``ValueError`` naming the first field whose dtype or shape breaks the contract."""
         B, T = self.shape
+        if isinstance(self.obs, dict) == env.pixel or (
+                isinstance(self.obs, dict) and set(self.obs) != set(env.obs_spec)):
+            got = sorted(self.obs) if isinstance(self.obs, dict) else "one tensor"
+            raise ValueError(f"batch.obs: expected {'one tensor' if env.pixel else sorted(env.obs_spec)}, got {got}")
+        dtypes = {"uint8": torch.uint8, "float32": torch.float32}
         expected = {
-            "obs": ((B, T, *env.obs_shape), torch.uint8),
+            **{("obs" if env.pixel else f"obs[{k!r}]"): ((B, T, *v.shape), dtypes[v.dtype]) for k, v in env.obs_space},
             "action": ((B, T, *env.action_shape), env.action_dtype),
             "reward": ((B, T), torch.float32),
             "terminal": ((B, T), torch.bool),
             "is_first": ((B, T), torch.bool),
         }
         for name, (shape, dtype) in expected.items():
-            value = getattr(self, name)
+            value = self.obs[name[5:-2]] if name.startswith("obs[") else getattr(self, name)
             if tuple(value.shape) != shape or value.dtype != dtype:
                 raise ValueError(
                     f"batch.{name}: expected {dtype} {list(shape)}, got {value.dtype} {list(value.shape)}"
@@ -237,7 +361,7 @@ class Trajectory:
     conts: Tensor  # [H, B]           continue probability after actions[t]
     weights: Tensor  # [H + 1, B]       product of continues up to t (termination mask)
     policy_state: State = field(default_factory=dict)  # policy state at the start
-    images: Tensor | None = None  # [H + 1, B, C, H, W] uint8 when decoding was asked for
+    images: Obs = None  # [H + 1, B, C, H, W] uint8 when decoding was asked for (a dict of entries: WorldModel.decode)
 
     @property
     def horizon(self) -> int:
@@ -248,12 +372,12 @@ class Trajectory:
 
 
 class Encoder(nn.Module, ABC):
-    """Maps observations ``uint8 [..., C, H, W]`` to embeddings ``[..., out_dim]``."""
+    """Maps observations (``uint8 [..., C, H, W]``, or a dict of entries) to embeddings ``[..., out_dim]``."""
 
     out_dim: int
 
     @abstractmethod
-    def forward(self, obs: Tensor) -> Tensor: ...
+    def forward(self, obs: Obs) -> Tensor: ...
 
 
 class Decoder(nn.Module, ABC):
@@ -322,9 +446,10 @@ class WorldModel(nn.Module, ABC):
 
     @abstractmethod
     def observe_step(
-        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor
+        self, state: State, obs: Obs, prev_action: Tensor, is_first: Tensor
     ) -> State:
-        """Filter one real step: ``obs`` uint8 ``[B, C, H, W]`` after ``prev_action``. Where
+        """Filter one real step: ``obs`` uint8 ``[B, C, H, W]`` (a pixel env; else a dict of its
+        entries, each ``[B, ...]``) after ``prev_action``. Where
         ``is_first`` (an episode's first observation) ``prev_action`` is zeros (action 0 for
         discrete actions) and the state must be reset before use."""
 
@@ -337,8 +462,9 @@ class WorldModel(nn.Module, ABC):
         """What the policy reads: ``[B, *feature_shape]``."""
 
     @abstractmethod
-    def decode(self, state: State) -> Tensor:
-        """Images ``uint8 [B, C, H, W]`` the model predicts for ``state``."""
+    def decode(self, state: State) -> Obs:
+        """The observation the model predicts for ``state``: images ``uint8 [B, C, H, W]`` (a
+        pixel env), or a dict of the entries it decodes (images uint8, vectors float32 ``[B, D]``)."""
 
     def imagination_starts(self, segments: Batch) -> tuple[State, Tensor, BurnIn | None]:
         """For a policy that samples its own segments (``policy.segment > 0``, as the official
@@ -392,7 +518,7 @@ def filter_rows(wm: WorldModel, batch: Batch, state: State | None = None) -> Ite
     for t in range(batch.shape[1]):
         first = batch.is_first[:, t]
         prev_action = prev_action.masked_fill(first if prev_action.dim() == 1 else first.unsqueeze(-1), 0)
-        state = wm.observe_step(state, batch.obs[:, t], prev_action, first)
+        state = wm.observe_step(state, map_obs(lambda x: x[:, t], batch.obs), prev_action, first)
         prev_action = batch.action[:, t]
         yield state
 

@@ -34,13 +34,14 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any
 
+import numpy as np
 import pluggy
 from pydantic import ValidationError
 
 from wmzoo import hookspecs, interfaces, specs
 from wmzoo.errors import MissingDependencyError, SpecError, UnknownNameError, WmzooError
 from wmzoo.hookspecs import BackboneEntry, EnvEntry, PolicyEntry, RunPreset
-from wmzoo.interfaces import EnvInfo, Policy, WorldModel
+from wmzoo.interfaces import IMAGE, EnvInfo, ObsEntry, Policy, WorldModel
 from wmzoo.specs import PolicySpec, Spec, WorldModelSpec, describe_error, from_preset, validate
 
 ENTRY_POINT_GROUP = "wmzoo"
@@ -154,6 +155,7 @@ class Listing:
     reason: str = ""
     description: str = ""
     hint: str = ""  # a backbone's: the extra that installs the environments its paper evaluates on
+    observations: str = ""  # a backbone's: the observation specs it models (BackboneEntry.observations)
 
 
 class Registry:
@@ -264,9 +266,11 @@ class Registry:
         return self._lookup("policy", name)
 
     def env(self, name: str) -> EnvEntry:
-        for entry in self.tables["env"].values():
-            if entry.matches(name):
-                return entry
+        """The entry of ``name``: an exact name or alias first, else the family with the longest
+        prefix (``dmc-proprio-*`` before ``dmc-*``)."""
+        found = [entry for entry in self.tables["env"].values() if entry.matches(name)]
+        if found:
+            return max(found, key=lambda e: (not e.name.endswith("*"), len(e.name)))
         self._raise_if_failed("env", "environment", name)
         raise UnknownNameError(_unknown("environment", name, self.env_names()))
 
@@ -344,7 +348,8 @@ class Registry:
                     ok, reason = self.env_availability(entry)
                 if kind == "backbone":
                     hint = self.backbone_hint(name)
-                rows.append(Listing(name, kind, ok, reason, entry.description, hint))
+                observations = OBSERVATIONS.get(getattr(entry, "observations", ""), "") if kind == "backbone" else ""
+                rows.append(Listing(name, kind, ok, reason, entry.description, hint, observations))
                 if kind == "env":  # a family's named examples, and aliases, are runnable names too
                     for other in (*entry.examples, *entry.aliases):
                         rows.append(Listing(other, kind, ok, reason, f"see {name}"))
@@ -413,6 +418,8 @@ def entry_problems(entry: object, etype: EntryType) -> list[str]:
         problem = _check(value, expected, f.name)
         if problem is None and f.name == "name" and not value:
             problem = "name is empty"
+        if problem is None and f.name == "observations" and value not in OBSERVATIONS:
+            problem = f"observations {value!r} is not one of {', '.join(map(repr, OBSERVATIONS))}"
         if problem is None and isinstance(of_class, type):
             problem = _preset_problem(value, of_class, etype.required_presets)
         if problem is None and f.name == "run_presets" and "presets" in valid:
@@ -709,13 +716,29 @@ def policy_spec(
 WORLD_MODEL_ATTRIBUTES = ("spec", "env", "feature_shape", "stateful_training")
 
 
+OBSERVATIONS = {"any": "images, vectors and dicts of them", "image": "one image only"}
+"""The values of :attr:`BackboneEntry.observations`, as ``wmzoo list`` shows them."""
+
+
+def check_observations(backbone: str, entry: BackboneEntry, env: EnvInfo) -> None:
+    """One line when ``env``'s observation spec is one the backbone does not model (a backbone
+    that takes one image, given vectors or a dict), naming the backbones that do."""
+    if entry.observations == "image" and not env.pixel:
+        others = sorted(n for n, e in default_registry().tables["backbone"].items() if e.observations == "any")
+        raise SpecError(f"backbone '{backbone}' models one image observation; env {env.name!r} gives "
+                        f"{env.describe_obs()}: use an image env, or a backbone that takes any observations "
+                        f"({', '.join(others)})")
+
+
 def build_world_model(backbone: str, spec: WorldModelSpec, env: EnvInfo) -> WorldModel:
     """The backbone's world model for a validated ``spec``: the one place the core builds one.
 
-    A :class:`~wmzoo.errors.SpecError` from the plugin (values it cannot build), or any other
+    An env whose observation spec the backbone does not model (:func:`check_observations`), a
+    :class:`~wmzoo.errors.SpecError` from the plugin (values it cannot build), or any other
     exception of its ``build``, becomes one line naming the backbone; so does a world model that
     lacks an attribute the core reads."""
     entry = default_registry().backbone(backbone)
+    check_observations(backbone, entry, env)
     what = f"backbone '{backbone}'"
     wm = _build(what, entry.build, spec, env)
     missing = [name for name in WORLD_MODEL_ATTRIBUTES if not hasattr(wm, name)]
@@ -794,9 +817,41 @@ def make_env(name: str, *, seed: int | None = None, size: int = 64, train: bool 
 
 
 def env_info(env: Any, name: str) -> EnvInfo:
-    """Shapes of a made env, for building models."""
+    """Shapes of a made env, for building models: its observation spec from its observation
+    space (:func:`obs_space_of`) and its actions."""
     space = env.action_space
-    obs_shape = tuple(env.observation_space.shape)
+    obs_space = obs_space_of(env.observation_space, name)
     if hasattr(space, "n"):
-        return EnvInfo(name=name, obs_shape=obs_shape, num_actions=int(space.n), discrete=True)
-    return EnvInfo(name=name, obs_shape=obs_shape, num_actions=int(space.shape[0]), discrete=False)
+        return EnvInfo(name, None, num_actions=int(space.n), discrete=True, obs_space=obs_space)
+    return EnvInfo(name, None, num_actions=int(space.shape[0]), discrete=False, obs_space=obs_space)
+
+
+def obs_space_of(space: Any, name: str) -> tuple[tuple[str, ObsEntry], ...]:
+    """The observation spec of a Gymnasium observation space: a ``Box`` uint8 ``(C, H, W)`` is a
+    pixel env's one ``image`` entry; a ``Dict`` names its entries, each an image (``Box`` uint8
+    ``(C, H, W)``) or a vector (``Box`` ``(D,)``, stored float32). Anything else (a ``Tuple``,
+    ``Text``, ``Discrete``, a vector outside a ``Dict``) is one line naming the space."""
+    from gymnasium import spaces
+
+    def entry(key: str, box: Any) -> ObsEntry | None:
+        if not isinstance(box, spaces.Box):
+            return None
+        if len(box.shape) == 3 and box.dtype == np.uint8:
+            return ObsEntry(tuple(int(n) for n in box.shape), "uint8")
+        if len(box.shape) == 1 and np.issubdtype(box.dtype, np.floating):
+            return ObsEntry((int(box.shape[0]),), "float32")
+        return None
+
+    if isinstance(space, spaces.Dict):
+        found = {key: entry(key, sub) for key, sub in space.spaces.items()}
+        bad = [f"{key}: {space.spaces[key]}" for key, value in found.items() if value is None]
+        if found and not bad:
+            return tuple(found.items())
+    else:
+        image = entry(IMAGE, space)
+        if image is not None and image.kind == "image":
+            return ((IMAGE, image),)
+    raise WmzooError(
+        f"environment '{name}': its observation space {space} is not one wmzoo models; an env gives "
+        "an image (Box uint8 [C, H, W]) or a Dict of named images and vectors (Box float32 [D])"
+    )

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from wmzoo.imagination import imagine, random_actions
-from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, filter_rows
+from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, filter_rows, map_obs, obs_entries, pack_obs
 from wmzoo.config import run_presets
 from wmzoo.nn.distributions import modes
 from wmzoo.optim import step_components, world_model_optimizers
@@ -36,10 +36,16 @@ def _check_state(state: State, batch: int, where: str) -> None:
 def synthetic_batch(
     env: EnvInfo, batch: int, seq_len: int, device: torch.device, seed: int = 0, firsts: Sequence[int] = (0,)
 ) -> Batch:
-    """Random frames, actions and rewards of ``env``'s shape; episodes start at the columns
-    ``firsts`` (0 by default: one episode per row; add a later column to put an episode start
-    inside the window, where resets and masks act)."""
+    """Random observations (every entry of ``env``'s spec: uint8 frames, normal float32 vectors
+    scaled by 3), actions and rewards of ``env``'s shape; episodes start at the columns ``firsts``
+    (0 by default: one episode per row; add a later column to put an episode start inside the
+    window, where resets and masks act)."""
     g = torch.Generator().manual_seed(seed)
+    obs = pack_obs({
+        key: torch.randint(0, 256, (batch, seq_len, *entry.shape), dtype=torch.uint8, generator=g)
+        if entry.kind == "image" else 3 * torch.randn(batch, seq_len, *entry.shape, generator=g)
+        for key, entry in env.obs_space
+    })
     if env.discrete:
         action = torch.randint(env.num_actions, (batch, seq_len), generator=g)
     else:
@@ -47,7 +53,7 @@ def synthetic_batch(
     is_first = torch.zeros(batch, seq_len, dtype=torch.bool)
     is_first[:, list(firsts)] = True
     return Batch(
-        obs=torch.randint(0, 256, (batch, seq_len, *env.obs_shape), dtype=torch.uint8, generator=g),
+        obs=obs,
         action=action,
         reward=torch.randn(batch, seq_len, generator=g),
         terminal=torch.rand(batch, seq_len, generator=g) < 0.001,
@@ -94,14 +100,20 @@ def check_world_model(wm: WorldModel, env: EnvInfo, batch: int = 3, seq_len: int
         _check_state(state, batch, "observe()")
         feats = wm.features(state)
         assert tuple(feats.shape) == (batch, *wm.feature_shape), "features() shape != feature_shape"
-        images = wm.decode(state)
-        assert images.dtype == torch.uint8 and tuple(images.shape) == (batch, *env.obs_shape), \
-            "decode() must return uint8 [B, C, H, W]"
+        decoded = wm.decode(state)
+        assert not (env.pixel and isinstance(decoded, dict)), \
+            "decode() must return one uint8 [B, C, H, W] tensor for a pixel env"
+        for key, value in obs_entries(decoded).items():
+            entry = env.obs_spec.get(key)
+            assert entry is not None and tuple(value.shape) == (batch, *entry.shape) and value.dtype == (
+                torch.uint8 if entry.kind == "image" else torch.float32), \
+                f"decode()[{key!r}] must be {entry.describe() if entry else 'an entry of the spec'} per row"
         traj = imagine(wm, random_actions(env.num_actions, env.discrete), state, horizon, decode=True)
         assert traj.features.shape == (horizon + 1, batch, *wm.feature_shape)
         assert traj.rewards.shape == (horizon, batch) and traj.conts.shape == (horizon, batch)
         assert ((traj.conts >= 0) & (traj.conts <= 1)).all(), "cont must be a probability"
-        step_state = wm.observe_step(wm.initial_state(batch), data.obs[:, 0], data.action[:, 0], data.is_first[:, 0])
+        step_state = wm.observe_step(wm.initial_state(batch), map_obs(lambda x: x[:, 0], data.obs), data.action[:, 0],
+                                     data.is_first[:, 0])
         _check_state(step_state, batch, "observe_step()")
         for step in (False, True):
             seen = wm.observe_sequence(data, step=step)

@@ -20,6 +20,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
         BackboneEntry(
             name="delta-iris",
             behaviour_check=BehaviourCheck(updates=200),
+            observations="image",  # the VQ tokenizer reads one image (the default, said for clarity)
             spec=DeltaIrisSpec,
             presets=PRESETS,
             build=DeltaIrisWorldModel,

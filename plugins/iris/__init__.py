@@ -19,6 +19,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
         BackboneEntry(
             name="iris",
             behaviour_check=BehaviourCheck(updates=200),
+            observations="image",  # the VQ tokenizer reads one image (the default, said for clarity)
             spec=IrisSpec,
             presets=PRESETS,
             build=IrisWorldModel,

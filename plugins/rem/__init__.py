@@ -18,6 +18,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
         BackboneEntry(
             name="rem",
             behaviour_check=BehaviourCheck(updates=200),
+            observations="image",  # the VQ tokenizer reads one image (the default, said for clarity)
             spec=REMSpec,
             presets=PRESETS,
             build=REMWorldModel,

@@ -23,6 +23,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
         BackboneEntry(
             name="rssm",
             behaviour_check=BehaviourCheck(updates=800, overrides={"optim": {"lr": 0.001}}),
+            observations="any",  # wmzoo.nn.obs: images, vectors and dicts (docs/architecture.md)
             spec=RSSMSpec,
             presets=PRESETS,
             build=RSSMWorldModel,

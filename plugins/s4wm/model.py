@@ -45,6 +45,7 @@ from wmzoo.interfaces import (
     EnvInfo,
     Filtered,
     State,
+    Obs,
     Step,
     TrainOutput,
     WorldModel,
@@ -54,10 +55,9 @@ from wmzoo.interfaces import (
     reset_state,
 )
 from wmzoo.nn import MLP, LatentWorldModelSpec
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, start_conts
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, sample_latent
-from wmzoo.nn.world_model import latent_objective, posterior_rewards
+from wmzoo.nn.world_model import latent_objective, obs_codec, posterior_rewards
 from wmzoo.specs import OptimSpec
 
 from .s4 import S4Blocks, S4DLayer
@@ -131,7 +131,7 @@ def _complex(state: Tensor) -> Tensor:
 
 
 class S4WMWorldModel(WorldModel):
-    """Encoder, posterior, S4 blocks, prior, image decoder, reward and continue heads.
+    """Encoder, posterior, S4 blocks, prior, observation decoder, reward and continue heads.
 
     ``sample=False`` on :meth:`observe_step`, :meth:`observe`, :meth:`imagine_step` and
     :meth:`sequence` takes the mode of every categorical instead of a sample, which makes the
@@ -153,7 +153,7 @@ class S4WMWorldModel(WorldModel):
                     layer.set_ssm_optim(min(spec.ssm_lr, spec.optim.lr) / spec.optim.lr)
             return blocks
 
-        self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
+        self.encoder = obs_codec(spec, env)
         embed = self.encoder.out_dim
         self.img_in = MLP(zdim + A, spec.d_model, spec.hidden, 1)  # g_t = MLP([z_{t-1}, a_{t-1}])
         self.blocks = s4_blocks()
@@ -166,7 +166,7 @@ class S4WMWorldModel(WorldModel):
             self.posterior = CategoricalLatent(embed, spec.stoch, spec.classes, spec.hidden, 1, spec.unimix)
         feat = spec.d_model + zdim
         self.feature_shape = (feat,)
-        self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
+        self.decoder = obs_codec(spec, env, feat)
         self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
 
     # -- states -----------------------------------------------------------------------------
@@ -190,9 +190,8 @@ class S4WMWorldModel(WorldModel):
         """``[h_t, flat z_t]``."""
         return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)
 
-    def decode(self, state: State) -> Tensor:
-        image = self.decoder(self.features(state))
-        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+    def decode(self, state: State) -> Obs:
+        return self.decoder.decode(self.features(state))
 
     # -- parallel form (algorithm 1) ----------------------------------------------------------
     def sequence(
@@ -278,10 +277,10 @@ class S4WMWorldModel(WorldModel):
 
     # -- recurrent form (algorithm 2) ---------------------------------------------------------
     def observe_step(
-        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor, sample: bool = True
+        self, state: State, obs: Obs, prev_action: Tensor, is_first: Tensor, sample: bool = True
     ) -> State:
         """Filter one real step with the recurrent form; resets where ``is_first``."""
-        state = reset_state(state, self.initial_state(obs.shape[0]), is_first)
+        state = reset_state(state, self.initial_state(is_first.shape[0]), is_first)
         embed = self.encoder(obs)
         keep = (~is_first).unsqueeze(-1).to(embed.dtype)
         prev_action = encode_action(prev_action, self.env).to(embed.dtype) * keep

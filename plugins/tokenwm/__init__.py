@@ -22,6 +22,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
         BackboneEntry(
             name="tokenwm",
             behaviour_check=BehaviourCheck(updates=600, overrides={"optim": {"lr": 0.001}}),
+            observations="any",  # wmzoo.nn.obs: images, vectors and dicts (docs/architecture.md)
             spec=TokenWMSpec,
             presets=PRESETS,
             build=TokenWMWorldModel,

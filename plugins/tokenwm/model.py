@@ -70,6 +70,7 @@ from wmzoo.errors import SpecError
 from wmzoo.interfaces import (
     Batch,
     EnvInfo,
+    Obs,
     State,
     Step,
     TrainOutput,
@@ -77,10 +78,14 @@ from wmzoo.interfaces import (
     detach_state,
     flatten_state,
     index_state,
+    obs_entries,
+    pack_obs,
     reset_state,
     stack_states,
 )
+from wmzoo.nn.distributions import symexp, symlog
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
+from wmzoo.nn.obs import ObsKeysSpec, select_entries
 from wmzoo.nn.pretrained import DINOv2Encoder
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
@@ -89,7 +94,7 @@ from .blocks import CrossBlock, FiLMBlock, PerceiverReadout, ViTEncoder, push
 # --------------------------------------------------------------------------- spec
 
 
-class TokenWMSpec(WorldModelSpec):
+class TokenWMSpec(WorldModelSpec, ObsKeysSpec):
     """Hyperparameters of TokenWM (defaults: table 2, with a from-scratch ViT encoder)."""
 
     tokens: int = Field(64, ge=1, le=4096, description="N_h: tokens of the latent state (table 2: 64)")
@@ -156,20 +161,39 @@ class TokenWMWorldModel(WorldModel):
 
     def __init__(self, spec: TokenWMSpec, env: EnvInfo) -> None:
         super().__init__()
-        c, height, width = env.obs_shape
+        self.spec, self.env = spec, env
+        encoded, decoded = select_entries(env, spec.encoder_keys, "encoder_keys"), select_entries(
+            env, spec.decoder_keys, "decoder_keys")
+        images = [k for k, v in encoded.items() if v.kind == "image"]
+        if len(images) > 1 or any(v.kind == "image" and k not in encoded for k, v in decoded.items()):
+            raise SpecError(f"TokenWM patches one image the encoder reads; env {env.name!r} gives {env.describe_obs()}: "
+                            "select one image with model.encoder_keys (and decode only what it encodes)")
+        self.image = images[0] if images else None  # the one image entry: ViT patch tokens
+        self.vectors = [k for k, v in encoded.items() if v.kind == "vector"]  # one token each
+        self.decoded = [k for k, v in decoded.items() if v.kind == "vector"]  # their decoder queries
+        if (self.vectors or self.decoded or self.image is None) and spec.target == "features":
+            raise SpecError(f"model.target=features reconstructs a pre-trained image encoder's tokens; env {env.name!r} "
+                            f"gives {env.describe_obs()}: use target pixels, or select its image alone")
+        N_h, D, p = spec.tokens, spec.dim, spec.patch
+        c, height, width = encoded[self.image].shape if self.image else (0, p, p)
         if height % spec.patch or width % spec.patch:
             raise SpecError(f"model.patch={spec.patch} must divide the frame's sides {height}x{width} (env {env.name!r})")
-        self.spec, self.env = spec, env
-        N_h, D, p = spec.tokens, spec.dim, spec.patch
-        self.num_patches = (height // p) * (width // p)
+        self.image_shape = (c, height, width)
+        self.num_patches = (height // p) * (width // p) if self.image else 0
         self.feature_shape = (N_h, D)
         action_dim = env.num_actions
-        if spec.encoder_weights:  # section 4: frozen DINOv2 features
-            self.encoder: nn.Module = DINOv2Encoder(spec.encoder_weights, spec.encoder_size)
+        if spec.encoder_weights and self.image:  # section 4: frozen DINOv2 features
+            self.encoder: nn.Module | None = DINOv2Encoder(spec.encoder_weights, spec.encoder_size)
             N_z, D_z = self.encoder.tokens, self.encoder.dim
-        else:
-            self.encoder = ViTEncoder(env.obs_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads, spec.mult)
+        elif self.image:
+            self.encoder = ViTEncoder(self.image_shape, p, spec.encoder_dim, spec.encoder_layers, spec.encoder_heads,
+                                      spec.mult)
             N_z, D_z = self.num_patches, spec.encoder_dim
+        else:
+            self.encoder, N_z, D_z = None, 0, spec.encoder_dim
+        # a vector entry is one more token: symlog (DreamerV3 §2, eq. 10) and a learned projection to D_z
+        self.vector_in = nn.ModuleDict({k: nn.Linear(encoded[k].shape[0], D_z) for k in self.vectors})
+        N_z += len(self.vectors)
         self.h0 = nn.Parameter(torch.randn(N_h, D) * 0.02)
         self.prior_pos = nn.Parameter(torch.randn(N_h, D) * 0.02)
         self.prior_blocks = nn.ModuleList(
@@ -186,8 +210,16 @@ class TokenWMWorldModel(WorldModel):
                 CrossBlock(D, spec.heads, spec.mult, spec.post_norm) for _ in range(spec.memory_layers)
             )
         pixels = p * p * c  # a patch's pixels
-        if spec.target == "pixels":
-            self.decoder_queries, self.decoder_mlp = self.perceiver_decoder(self.num_patches, pixels)
+        patches = self.num_patches if self.image in decoded else 0
+        self.vector_out = nn.ModuleDict({
+            k: nn.Sequential(nn.Linear(spec.dim, spec.decoder_hidden), nn.GELU(),
+                             nn.Linear(spec.decoder_hidden, env.obs_spec[k].shape[0]))
+            for k in self.decoded})
+        self.decoded_patches = patches
+        if spec.target == "pixels":  # a query per patch (the shared MLP), then one per decoded vector
+            self.decoder_queries, mlp = self.perceiver_decoder(patches + len(self.decoded), pixels or 1)
+            if patches:
+                self.decoder_mlp = mlp
         else:  # ẑ_t: the features, and the viewer that shows h as a frame (gradient stopped at h)
             self.decoder_queries, self.decoder_mlp = self.perceiver_decoder(N_z, D_z)
             self.viewer_queries, self.viewer_mlp = self.perceiver_decoder(self.num_patches, pixels)
@@ -229,10 +261,26 @@ class TokenWMWorldModel(WorldModel):
             x = block(x, keys, ignore)
         return x
 
+    def encode(self, obs: Obs) -> Tensor:
+        """z_t: the image's patch tokens (ViT or DINOv2) followed by one token per vector entry
+        (``symlog`` then a learned linear projection to ``D_z``), ``[..., N_z, D_z]``."""
+        entries = obs_entries(obs)
+        parts = [self.encoder(entries[self.image])] if self.image else []
+        parts += [proj(symlog(entries[k].float())).unsqueeze(-2) for k, proj in self.vector_in.items()]
+        return torch.cat(parts, -2) if len(parts) > 1 else parts[0]
+
     def reconstruct(self, h: Tensor) -> Tensor:
         """ẑ = D(h) (3.4): pixel patches ``[..., N_z, p·p·C]`` in ``[0, 1]`` scale (not clamped), or
         with ``target: features`` the encoder's tokens ``[..., N_z, D_z]``."""
-        return self.decoder_mlp(self.decoder_queries(h)) + (0.5 if self.spec.target == "pixels" else 0.0)
+        queries = self.decoder_queries(h)
+        if self.spec.target == "pixels":
+            return self.decoder_mlp(queries[..., : self.decoded_patches, :]) + 0.5
+        return self.decoder_mlp(queries)
+
+    def reconstruct_vectors(self, h: Tensor) -> dict[str, Tensor]:
+        """The decoded vector entries in ``symlog`` space, one query each after the patches'."""
+        queries = self.decoder_queries(h)[..., self.decoded_patches:, :]
+        return {k: out(queries[..., i, :]) for i, (k, out) in enumerate(self.vector_out.items())}
 
     def frame_patches(self, h: Tensor) -> Tensor:
         """The frame h shows, as pixel patches: the decoder's, or the viewer's (``target: features``)."""
@@ -249,7 +297,7 @@ class TokenWMWorldModel(WorldModel):
 
     def unpatch(self, patches: Tensor) -> Tensor:
         """The inverse of :meth:`patches`: ``[..., N_z, p·p·C]`` → ``[..., C, H, W]``."""
-        c, height, width = self.env.obs_shape
+        c, height, width = self.image_shape
         p = self.spec.patch
         x = patches.reshape(*patches.shape[:-2], height // p, width // p, p, p, c)
         return x.transpose(-4, -3).movedim(-1, -5).reshape(*patches.shape[:-2], c, height, width)
@@ -280,8 +328,8 @@ class TokenWMWorldModel(WorldModel):
     def features(self, state: State) -> Tensor:
         return state["hstar"]
 
-    def observe_step(self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor) -> State:
-        return self._filter(state, self.encoder(obs), prev_action, is_first)[0]
+    def observe_step(self, state: State, obs: Obs, prev_action: Tensor, is_first: Tensor) -> State:
+        return self._filter(state, self.encode(obs), prev_action, is_first)[0]
 
     def imagine_step(self, state: State, action: Tensor) -> Step:
         """h^p = f^p(h*, a), which enters the memory as h (no observation to correct it)."""
@@ -290,9 +338,12 @@ class TokenWMWorldModel(WorldModel):
         return Step(state=new, reward=reward, cont=cont, features=new["hstar"])
 
     @torch.no_grad()
-    def decode(self, state: State) -> Tensor:
-        image = self.unpatch(self.frame_patches(state["h"]))
-        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+    def decode(self, state: State) -> Obs:
+        out = {k: symexp(v).float() for k, v in self.reconstruct_vectors(state["h"]).items()}
+        if self.decoded_patches or self.spec.target == "features":
+            image = self.unpatch(self.frame_patches(state["h"]))
+            out[self.image] = (image.clamp(0, 1) * 255).round().to(torch.uint8)
+        return pack_obs(out)
 
     def rollout(self, batch: Batch, z: Tensor | None = None) -> tuple[State, Tensor]:
         """The recurrence over a batch from h_0: the states after each step ``[B, T, ...]`` and the
@@ -301,7 +352,7 @@ class TokenWMWorldModel(WorldModel):
         zero action, as :meth:`observe_step` is given it. ``z``: the batch's encoded frames, when
         the caller has them."""
         B, T = batch.shape
-        z = self.encoder(batch.obs) if z is None else z
+        z = self.encode(batch.obs) if z is None else z
         prev_action = torch.cat([torch.zeros_like(batch.action[:, :1]), batch.action[:, :-1]], 1)
         start = batch.is_first if prev_action.dim() == 2 else batch.is_first.unsqueeze(-1)
         prev_action = prev_action.masked_fill(start, 0)
@@ -320,23 +371,30 @@ class TokenWMWorldModel(WorldModel):
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         """Eq. 1 (without its imitation term) plus the reward and continue heads."""
         spec = self.spec
-        z = self.encoder(batch.obs)
+        z = self.encode(batch.obs)
         states, priors = self.rollout(batch, z)
         post, hstar = states["h"], states["hstar"]
         informed = ~batch.is_first
         informed[:, 0] = False
         state = masked_mean((post - priors).square().mean((-2, -1)), informed)
-        target = self.patches(batch.obs) if spec.target == "pixels" else z
-        recon = (self.reconstruct(post) - target).square().mean()
+        entries = obs_entries(batch.obs)
+        parts = {}  # mean squared errors: pixel patches (or z), each decoded vector's symlog values
+        if self.decoded_patches or spec.target == "features":
+            target = self.patches(entries[self.image]) if spec.target == "pixels" else z
+            parts[self.image] = (self.reconstruct(post) - target).square().mean()
+        for key, pred in self.reconstruct_vectors(post).items():
+            parts[key] = (pred - symlog(entries[key].float())).square().mean()
+        recon = torch.stack(list(parts.values())).sum()
         reward, cont, head_metrics = self.heads.loss(self.readout(hstar).squeeze(-2), batch)
         total = spec.state_weight * state + spec.recon_weight * recon + spec.reward_weight * reward + spec.cont_weight * cont
         views = {}
         if spec.target == "features":  # the viewer learns the frame; its gradient stops at h
-            views["view"] = (self.frame_patches(post) - self.patches(batch.obs)).square().mean()
+            views["view"] = (self.frame_patches(post) - self.patches(entries[self.image])).square().mean()
             total = total + views["view"]
         with torch.no_grad():
             metrics = {"model": total, "state": state, "recon": recon, "reward": reward, "cont": cont,
-                       **views, **head_metrics}
+                       **views, **head_metrics,
+                       **({f"recon_{k}": v for k, v in parts.items()} if not self.env.pixel else {})}
         starts = slice(None, None, spec.start_stride)
         return TrainOutput(
             losses={"model": total},

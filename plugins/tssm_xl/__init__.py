@@ -17,6 +17,7 @@ def wmzoo_backbones() -> list[BackboneEntry]:
         BackboneEntry(
             name="tssm-xl",
             behaviour_check=BehaviourCheck(updates=800, overrides={"optim": {"lr": 0.001}}),
+            observations="any",  # wmzoo.nn.obs: images, vectors and dicts (docs/architecture.md)
             spec=TSSMXLSpec,
             presets=PRESETS,
             build=TSSMXLWorldModel,

@@ -14,17 +14,22 @@ from wmzoo.envs import wrappers
 from wmzoo.envs.plugin import ATARI_100K, wmzoo_envs
 from wmzoo.errors import MissingDependencyError, UnknownNameError
 from wmzoo.hookspecs import EnvEntry
+from wmzoo.registry import default_registry
 
 
 def entry(name: str) -> EnvEntry:
-    (found,) = [e for e in wmzoo_envs() if e.matches(name)]
-    return found
+    found = [e for e in wmzoo_envs() if e.matches(name)]
+    # the registry's rule: an exact name first, else the longest family prefix
+    (best,) = [e for e in found if e.name == name] or [max(found, key=lambda e: len(e.name))]
+    assert default_registry().env(name) is best or default_registry().env(name).name == best.name
+    return best
 
 
 def test_entries_and_extras() -> None:
     entries = {e.name: e for e in wmzoo_envs()}
     assert set(entries) == {
         "atari-*", "crafter", "minigrid-*", "babyai-*", "libero-*", "dmc-*",
+        "gym-*", "dmc-proprio-*", "minatar-*",  # state-based suites (issue 30)
         "memory-maze-9x9", "memory-maze-11x11", "memory-maze-13x13", "memory-maze-15x15",
         # the s4wm paper's memory tasks (section 5)
         "two-rooms", "four-rooms", "ten-rooms",
@@ -41,6 +46,9 @@ def test_entries_and_extras() -> None:
     assert entries["libero-*"].requires == ("libero",) and entries["libero-*"].extra == "libero"
     assert entries["dmc-*"].extra == "dmc" and set(entries["dmc-*"].requires) == {"dm_control", "mujoco"}
     assert len(entries["dmc-*"].examples) == 20 and "dmc-walker-walk" in entries["dmc-*"].examples
+    assert entries["dmc-proprio-*"].extra == "dmc" and "dmc-proprio-cartpole-swingup" in entries["dmc-proprio-*"].examples
+    assert entries["gym-*"].extra == "classic-control" and entries["minatar-*"].extra == "minatar"
+    assert entries["minatar-*"].requires == ("minatar",)
     assert set(entries["memory-maze-13x13"].requires) == {"memory_maze", "gym", "dm_control"}
     for e in entries.values():
         assert e.description
@@ -62,6 +70,9 @@ def test_entries_and_extras() -> None:
         ("memory-maze-9x9", "memory-maze-9x9"),
         ("memory-maze-15x15", "memory-maze-15x15"),
         ("dmc-walker-walk", "dmc-*"),
+        ("dmc-proprio-walker-walk", "dmc-proprio-*"),
+        ("gym-cartpole", "gym-*"),
+        ("minatar-breakout", "minatar-*"),
     ],
 )
 def test_matches_family_and_alias(name: str, expected: str) -> None:

@@ -102,6 +102,7 @@ class BenchRecord:
     # train mode with components: seconds per iteration of each part (see the module docstring)
     components: dict[str, float] = field(default_factory=dict)
     actions: str = ""  # imagine: who acted, "random" (uniform) or "policy" (the backbone's default policy)
+    observations: str = ""  # the env timed and its observation spec, e.g. "gym-cartpole: state float32 [4]"
 
 
 @dataclass
@@ -331,6 +332,7 @@ def _bench_one(label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, h
         iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=segment,
         precision=run.train.precision, compiled=run.train.compile, compile_failed=compile_failures(wm),
         components=parts, actions=actions if mode == "imagine" else "",
+        observations=f"{info.name}: {info.describe_obs()}",
     )
     del agent, wm, data, step
     return record
@@ -549,10 +551,11 @@ def format_env_table(records: list[EnvBenchRecord]) -> str:
     if not records:
         return ""
     base = records[0].throughput
-    rows = [f"{'env':<24}{'vector':<8}{'envs':>5}{'steps':>8}{'steps/s':>11}{'ratio':>8}"]
+    width = max(24, *(len(r.env) + 2 for r in records))  # dmc-proprio-cartpole-swingup is 28
+    rows = [f"{'env':<{width}}{'vector':<8}{'envs':>5}{'steps':>8}{'steps/s':>11}{'ratio':>8}"]
     for r in records:
         rows.append(
-            f"{r.env:<24}{r.vector:<8}{r.envs:>5}{r.steps:>8}{r.throughput:>11.1f}"
+            f"{r.env:<{width}}{r.vector:<8}{r.envs:>5}{r.steps:>8}{r.throughput:>11.1f}"
             f"{r.throughput / base:>8.2f}"
         )
     return "\n".join(rows)

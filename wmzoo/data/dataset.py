@@ -96,7 +96,7 @@ class Manifest:
                 "policy": self.policy,
                 "context_length": self.context_length,
                 "query_length": self.query_length,
-                "env_info": asdict(self.env_info),
+                "env_info": self.env_info.to_dict(),
                 "complete": self.complete,
                 "files": [asdict(self.files[i]) for i in sorted(self.files)],
                 **({"source": self.source} if self.source is not None else {}),
@@ -155,7 +155,7 @@ def sha256(path: Path) -> str:
 
 def write_env_info(directory: Path, info: EnvInfo) -> None:
     """Record the env of the episodes in ``directory`` (``<directory>/env.json``)."""
-    write_text_atomic(directory / ENV_INFO, json.dumps(asdict(info)))
+    write_text_atomic(directory / ENV_INFO, json.dumps(info.to_dict()))
 
 
 def recorded_env_info(data: str | Path) -> EnvInfo | None:

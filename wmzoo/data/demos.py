@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from wmzoo.data.dataset import iter_episodes
+from wmzoo.data.store import row_fields, split_row
 from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch
 
@@ -68,13 +69,11 @@ class Vocabulary:
 class Demonstrations:
     """A split of a dataset in memory, sampled as windows of ``T`` rows (see the module docstring)."""
 
-    FIELDS = ("obs", "action", "reward", "terminal", "is_first")
-
     def __init__(self, root: str | Path, split: str = "train") -> None:
         episodes = list(iter_episodes(root, split))
         self.missions = [str(e["mission"][0]) if "mission" in e else "" for e in episodes]
         self.has_missions = any(self.missions)
-        self.rows = {k: np.concatenate([e[k] for e in episodes]) for k in self.FIELDS}
+        self.rows = {k: np.concatenate([e[k] for e in episodes]) for k in row_fields(episodes[0])}
         self.lengths = [len(e["reward"]) for e in episodes]
         self.acted = np.concatenate([np.arange(n) < n - 1 for n in self.lengths])
         self.condition: np.ndarray | None = None  # [rows, ...] after read_with
@@ -109,5 +108,5 @@ class Demonstrations:
         index = starts[:, None] + np.arange(seq_len)
         if self.condition is None:
             raise RuntimeError("Demonstrations.read_with(encode) must come before sample()")
-        batch = Batch(**{k: torch.as_tensor(self.rows[k][index]) for k in self.FIELDS})
+        batch = Batch(**split_row({k: torch.as_tensor(v[index]) for k, v in self.rows.items()}))
         return batch, torch.as_tensor(self.condition[index]), torch.as_tensor(self.acted[index])

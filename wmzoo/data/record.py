@@ -22,8 +22,9 @@ import numpy as np
 
 from wmzoo.atomic import atomic_path
 from wmzoo.data.dataset import sha256
-from wmzoo.data.store import FIELDS
+from wmzoo.data.store import obs_fields, row_fields
 from wmzoo.errors import WmzooError
+from wmzoo.interfaces import map_obs, stack_obs
 
 PHASES = ("context", "query")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: byte-identical files per seed
@@ -68,7 +69,7 @@ def record_episode(
     action = np.asarray(actions)
     action = action.astype(np.int64) if action.dtype.kind in "iub" else action.astype(np.float32)
     data = {
-        "obs": np.stack(frames).astype(np.uint8, copy=False),
+        **obs_fields(map_obs(_stored, stack_obs(frames))),
         # the final observation's row: zero action, zero reward, not terminal (interfaces.py)
         "action": np.concatenate([action, np.zeros_like(action[:1])]),
         "reward": np.asarray([*rewards, 0.0], np.float32),
@@ -76,6 +77,11 @@ def record_episode(
         "is_first": np.arange(len(frames)) == 0,
     }
     return {**data, **_info_arrays(infos)}, task is not None
+
+
+def _stored(frames: np.ndarray) -> np.ndarray:
+    """An entry's rows as stored: images uint8, vectors float32."""
+    return frames.astype(np.uint8 if frames.ndim == 4 else np.float32, copy=False)
 
 
 def _info_arrays(infos: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -116,7 +122,8 @@ def _numeric(value: Any) -> bool:
 def write_episode(path: Path, data: dict[str, np.ndarray]) -> str:
     """Write ``data`` as an ``.npz`` chunk atomically (deflated members with fixed timestamps, so
     equal data gives equal bytes) and return the file's sha256."""
-    keys = [*FIELDS, *sorted(k for k in data if k not in FIELDS)]
+    rows = row_fields(data)
+    keys = [*rows, *sorted(k for k in data if k not in rows)]
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as archive:
             for key in keys:

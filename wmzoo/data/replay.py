@@ -35,9 +35,12 @@ from numpy.typing import ArrayLike
 from wmzoo.atomic import is_temporary
 from wmzoo.data.store import (
     FIELDS,
+    OBS_PREFIX,
     ChunkName,
     RowSpec,
     new_stream_id,
+    obs_fields,
+    split_row,
     peek_chunk,
     read_chunk,
     write_chunk,
@@ -209,7 +212,8 @@ class Replay:
     ) -> None:
         """Append one row to ``worker``'s stream.
 
-        ``obs`` uint8 ``[C, H, W]``; ``action`` an integer (discrete) or a float vector ``[A]``;
+        ``obs`` uint8 ``[C, H, W]`` (a pixel env) or a dict of entries (images uint8 ``[C, H, W]``,
+        vectors float32 ``[D]``); ``action`` an integer (discrete) or a float vector ``[A]``;
         ``reward`` a number; ``terminal`` and ``is_first`` bools. Every row must have the shapes
         and kinds of the first one (``ValueError`` naming the field otherwise).
         """
@@ -224,7 +228,7 @@ class Replay:
             chunk = None
         if chunk is None:
             chunk = self._pending[worker] = self._open_chunk(worker)
-        for key in FIELDS:
+        for key in self._spec:
             chunk.data[key][chunk.rows] = row[key]
         chunk.rows += 1
         self._size += 1
@@ -241,13 +245,16 @@ class Replay:
         for worker in sorted(self._pending):
             self._finish(worker)
 
-    def _check_row(self, *values: ArrayLike) -> dict[str, np.ndarray]:
-        row = {key: np.asarray(value) for key, value in zip(FIELDS, values)}
+    def _check_row(self, obs: ArrayLike, *values: ArrayLike) -> dict[str, np.ndarray]:
+        row = {key: np.asarray(value) for key, value in obs_fields(obs).items()}
+        row.update({key: np.asarray(value) for key, value in zip(FIELDS[1:], values)})
         if self._spec is None:
             self._spec = _infer_spec(row)
+        if set(row) != set(self._spec):
+            raise ValueError(f"replay row obs: entries {_names(row)} differ from the stored rows' {_names(self._spec)}")
         for key, (shape, dtype) in self._spec.items():
             value = row[key]
-            if key == "obs":  # images are stored as given: no silent casts
+            if key == "obs" or key.startswith(OBS_PREFIX):  # observations are stored as given: no silent casts
                 castable = value.dtype == dtype
             else:
                 castable = np.can_cast(value.dtype, dtype, "same_kind")
@@ -565,13 +572,22 @@ class ReplayStream(Iterator[Batch]):
         return chunk.data is not None and chunk.stream.end - chunk.start - offset >= self.seq_len
 
 
+def _names(row: dict) -> list[str]:
+    return sorted(k[len(OBS_PREFIX):] for k in row if k.startswith(OBS_PREFIX)) or ["image"]
+
+
 def _infer_spec(row: dict[str, np.ndarray]) -> RowSpec:
-    """The row spec the first row sets: obs uint8 ``[C, H, W]``, a discrete or continuous action."""
-    obs, action = row["obs"], row["action"]
-    if obs.dtype != np.uint8 or obs.ndim != 3:
-        raise ValueError(
-            f"replay row obs: expected uint8 [C, H, W], got {obs.dtype} {list(obs.shape)}"
-        )
+    """The row spec the first row sets: obs uint8 ``[C, H, W]`` (or a dict's entries: images uint8
+    ``[C, H, W]``, vectors float32 ``[D]``), a discrete or continuous action."""
+    obs = {key: value for key, value in row.items() if key == "obs" or key.startswith(OBS_PREFIX)}
+    for key, value in obs.items():
+        if not ((value.dtype == np.uint8 and value.ndim == 3) or (
+                key != "obs" and value.dtype == np.float32 and value.ndim == 1)):
+            what = "uint8 [C, H, W]" if key == "obs" else "uint8 [C, H, W] or float32 [D]"
+            raise ValueError(
+                f"replay row {key}: expected {what}, got {value.dtype} {list(value.shape)}"
+            )
+    action = row["action"]
     if action.ndim == 0 and action.dtype.kind in "iu":
         action_spec = ((), np.dtype(np.int64))
     elif action.ndim == 1 and action.dtype.kind == "f":
@@ -582,7 +598,7 @@ def _infer_spec(row: dict[str, np.ndarray]) -> RowSpec:
             f"(continuous), got {action.dtype} {list(action.shape)}"
         )
     return {
-        "obs": (obs.shape, np.dtype(np.uint8)),
+        **{key: (value.shape, value.dtype) for key, value in sorted(obs.items())},
         "action": action_spec,
         "reward": ((), np.dtype(np.float32)),
         "terminal": ((), np.dtype(np.bool_)),
@@ -598,4 +614,4 @@ def _check_sizes(batch_size: int, seq_len: int) -> None:
 
 
 def _to_batch(out: dict[str, np.ndarray]) -> Batch:
-    return Batch(**{key: torch.from_numpy(value) for key, value in out.items()})
+    return Batch(**split_row({key: torch.from_numpy(value) for key, value in out.items()}))

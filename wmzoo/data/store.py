@@ -2,7 +2,10 @@
 
 A chunk is a run of consecutive rows of one stream, saved with :func:`numpy.savez` under the keys
 of :data:`FIELDS` (``obs`` uint8 ``[N, C, H, W]``, ``action`` int64 ``[N]`` or float32 ``[N, A]``,
-``reward`` float32 ``[N]``, ``terminal`` and ``is_first`` bool ``[N]``). A chunk may hold further
+``reward`` float32 ``[N]``, ``terminal`` and ``is_first`` bool ``[N]``). The observations of an env
+whose spec is not the one ``image`` entry (:class:`wmzoo.interfaces.EnvInfo`) are one array per
+entry instead of ``obs``, ``obs.<name>`` (images uint8 ``[N, C, H, W]``, vectors float32 ``[N, D]``):
+a pixel env's chunks are exactly those written before the observation spec. A chunk may hold further
 arrays (offline datasets add per-row ``phase``, ``teleport_to`` and ``probe_<name>`` targets and
 deflate their members; see ``docs/datasets.md``); the replay reads only :data:`FIELDS`. Chunks are
 named ``{order:09d}-{stream}-{index:06d}-{rows}.npz``:
@@ -24,13 +27,48 @@ import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from wmzoo.atomic import atomic_path
 
 FIELDS = ("obs", "action", "reward", "terminal", "is_first")
-"""The arrays of a row, in the order of :class:`wmzoo.interfaces.Batch`."""
+"""The arrays of a row, in the order of :class:`wmzoo.interfaces.Batch` (``obs``: a pixel env's;
+see :func:`row_fields` for the others)."""
+
+OBS_PREFIX = "obs."
+"""Chunk arrays ``obs.<name>`` hold the entry ``<name>`` of a dict observation."""
+
+
+def obs_fields(obs: Any) -> dict[str, Any]:
+    """Observations as chunk arrays: ``{"obs": array}`` for a pixel env's, else ``obs.<name>``."""
+    if isinstance(obs, dict):
+        return {OBS_PREFIX + key: value for key, value in obs.items()}
+    return {"obs": obs}
+
+
+def fields_obs(data: dict[str, Any]) -> Any:
+    """The inverse of :func:`obs_fields` over a chunk's arrays (other keys ignored)."""
+    if "obs" in data:
+        return data["obs"]
+    return {key[len(OBS_PREFIX):]: value for key, value in data.items() if key.startswith(OBS_PREFIX)}
+
+
+def row_fields(keys: Any) -> tuple[str, ...]:
+    """The row arrays among a chunk's ``keys``: the observation arrays, then :data:`FIELDS`' others
+    (``ValueError`` naming what is missing)."""
+    keys = set(keys)
+    obs = ("obs",) if "obs" in keys else tuple(sorted(k for k in keys if k.startswith(OBS_PREFIX)))
+    missing = (["obs"] if not obs else []) + sorted(set(FIELDS[1:]) - keys)
+    if missing:
+        raise ValueError(f"keys {sorted(keys)} lack {missing}")
+    return (*obs, *FIELDS[1:])
+
+
+def split_row(data: dict[str, Any]) -> dict[str, Any]:
+    """Chunk-array dict → :class:`wmzoo.interfaces.Batch` fields (``obs`` one array or a dict)."""
+    return {"obs": fields_obs(data), **{key: data[key] for key in FIELDS[1:]}}
 
 RowSpec = dict[str, tuple[tuple[int, ...], np.dtype]]
 """Per field: the shape of one row and the stored dtype."""
@@ -79,10 +117,8 @@ def read_chunk(path: Path, rows: int) -> tuple[dict[str, np.ndarray], RowSpec]:
     Other errors (a truncated or foreign file) propagate as whatever numpy or zipfile raise.
     """
     with np.load(path, allow_pickle=False) as f:
-        missing = sorted(set(FIELDS) - set(f.files))
-        if missing:  # extra arrays (a dataset's phase or probe targets) are left unread
-            raise ValueError(f"keys {sorted(f.files)} lack {missing}")
-        data = {key: f[key] for key in FIELDS}
+        # extra arrays (a dataset's phase or probe targets) are left unread
+        data = {key: f[key] for key in row_fields(f.files)}
     for key, value in data.items():
         if len(value) != rows:
             raise ValueError(f"{key} has {len(value)} rows, the file name says {rows}")
@@ -95,11 +131,12 @@ def peek_chunk(path: Path, rows: int) -> RowSpec:
     Other errors (not a zip file, a truncated one) propagate as zipfile or numpy raise them."""
     shapes: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     with zipfile.ZipFile(path) as archive:
-        members = set(archive.namelist())
-        missing = [key for key in FIELDS if f"{key}.npy" not in members]
-        if missing:
-            raise ValueError(f"it lacks the arrays {missing}")
-        for key in FIELDS:
+        members = {name[:-4] for name in archive.namelist() if name.endswith(".npy")}
+        try:
+            keys = row_fields(members)
+        except ValueError:
+            raise ValueError(f"it lacks the arrays {sorted(set(FIELDS) - members)}") from None
+        for key in keys:
             with archive.open(f"{key}.npy") as f:
                 version = np.lib.format.read_magic(f)
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -119,8 +156,10 @@ def row_spec(data: dict[str, np.ndarray]) -> RowSpec:
     action_ok = (action.dtype == np.int64 and action.ndim == 1) or (
         action.dtype == np.float32 and action.ndim == 2
     )
+    obs = {key: value for key, value in data.items() if key == "obs" or key.startswith(OBS_PREFIX)}
     expected = {
-        "obs": data["obs"].dtype == np.uint8 and data["obs"].ndim == 4,
+        **{key: (value.dtype == np.uint8 and value.ndim == 4) or (key != "obs" and value.dtype == np.float32
+                                                                   and value.ndim == 2) for key, value in obs.items()},
         "action": action_ok,
         "reward": data["reward"].dtype == np.float32 and data["reward"].ndim == 1,
         "terminal": data["terminal"].dtype == np.bool_ and data["terminal"].ndim == 1,
@@ -130,4 +169,4 @@ def row_spec(data: dict[str, np.ndarray]) -> RowSpec:
         if not ok:
             value = data[key]
             raise ValueError(f"{key} is {value.dtype} {list(value.shape)}, not a valid chunk array")
-    return {key: (tuple(data[key].shape[1:]), data[key].dtype) for key in FIELDS}
+    return {key: (tuple(data[key].shape[1:]), data[key].dtype) for key in (*obs, *FIELDS[1:])}

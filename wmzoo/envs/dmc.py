@@ -90,8 +90,11 @@ class DMCEnv(SeededAtBuild):
     def _render(self) -> np.ndarray:
         return self._env.physics.render(self._size, self._size, camera_id=self._camera)
 
-    def _first_obs(self) -> np.ndarray:
-        self._env.reset()
+    def _first_obs(self) -> Any:
+        return self._observe(self._env.reset())
+
+    def _observe(self, timestep: Any) -> Any:
+        """The observation after ``timestep``: the camera's frame (``dmc-proprio-*``: the state)."""
         return self._render()
 
     def scale_action(self, action: Any) -> np.ndarray:
@@ -99,7 +102,7 @@ class DMCEnv(SeededAtBuild):
         action = np.clip(np.asarray(action, dtype=np.float64).reshape(self._low.shape), -1.0, 1.0)
         return self._low + (action + 1.0) / 2.0 * (self._high - self._low)
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         control = self.scale_action(action)
         reward, ts = 0.0, None
         for _ in range(self._repeat):
@@ -110,7 +113,7 @@ class DMCEnv(SeededAtBuild):
         assert ts is not None
         terminated = bool(ts.last() and ts.discount == 0.0)
         truncated = bool(ts.last() and not terminated)  # the time limit (discount stays 1)
-        return self._render(), reward, terminated, truncated, {}
+        return self._observe(ts), reward, terminated, truncated, {}
 
     def close(self) -> None:
         if self._env is not None:

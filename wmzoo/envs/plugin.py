@@ -42,6 +42,10 @@ DMC_VISION_TASKS = (
     "quadruped-walk", "reacher-easy", "reacher-hard", "walker-run", "walker-stand", "walker-walk",
 )  # fmt: skip
 
+# Gymnasium classic control (gym-<these>) and MinAtar's five games (minatar-<these>): wmzoo/envs/state.py
+GYM_TASKS = ("cartpole", "acrobot", "mountaincar", "pendulum", "mountaincar-continuous")
+MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space-invaders")
+
 BABYAI_EXAMPLES = (
     "babyai-goto-red-ball-grey",
     "babyai-goto-local",
@@ -50,14 +54,14 @@ BABYAI_EXAMPLES = (
 )
 
 
-def _lazy_make(module: str) -> Callable[..., gymnasium.Env]:
-    """``make`` of ``wmzoo.envs.<module>``, imported at the first call."""
+def _lazy_make(module: str, function: str = "make") -> Callable[..., gymnasium.Env]:
+    """``function`` (default ``make``) of ``wmzoo.envs.<module>``, imported at the first call."""
 
     def make(
         name: str, *, seed: int | None = None, size: int = 64, train: bool = True
     ) -> gymnasium.Env:
         suite = importlib.import_module(f"wmzoo.envs.{module}")
-        return suite.make(name, seed=seed, size=size, train=train)
+        return getattr(suite, function)(name, seed=seed, size=size, train=train)
 
     make.__qualname__ = make.__name__ = f"make_{module}"
     make.__doc__ = f"Make an environment of :mod:`wmzoo.envs.{module}`."
@@ -103,6 +107,33 @@ def wmzoo_envs() -> list[EnvEntry]:
             description="BabyAI levels: language missions (info['mission']), the 7x7 partial view as RGB, "
             "7 actions; an expert (BabyAIBot) that wmzoo data generate records",
             examples=BABYAI_EXAMPLES,
+        ),
+        EnvEntry(
+            name="gym-*",
+            make=_lazy_make("state", "make_gym"),
+            requires=("gymnasium",),
+            extra="classic-control",
+            description="Gymnasium classic control from states (Gymnasium's own protocol and time limits): "
+            "one vector entry 'state'; continuous actions in [-1, 1] rescaled to the env's bounds",
+            examples=tuple(f"gym-{task}" for task in GYM_TASKS),
+        ),
+        EnvEntry(
+            name="dmc-proprio-*",
+            make=_lazy_make("state", "make_dmc_proprio"),
+            requires=("mujoco", "dm_control"),
+            extra="dmc",
+            description="DeepMind Control Suite from states, DreamerV3's DMC Proprio protocol: every "
+            "observation of the task a vector entry, action repeat 2, 1000 control steps (500 agent steps)",
+            examples=tuple(f"dmc-proprio-{task}" for task in DMC_VISION_TASKS),
+        ),
+        EnvEntry(
+            name="minatar-*",
+            make=_lazy_make("state", "make_minatar"),
+            requires=("minatar",),
+            extra="minatar",
+            description="MinAtar (Young & Tian, 2019): 10x10 binary channels as one image entry (0/255), "
+            "sticky actions p = 0.1, difficulty ramping, 6 actions",
+            examples=tuple(f"minatar-{game}" for game in MINATAR_GAMES),
         ),
         EnvEntry(
             name="dmc-*",

@@ -56,7 +56,8 @@ from wmzoo.data.dataset import Manifest, iter_episodes, load_episodes
 from wmzoo.errors import MissingDependencyError, WmzooError
 from wmzoo.eval.plots import line_plot
 from wmzoo.imagination import imagine, replay_actions
-from wmzoo.interfaces import Batch, State, WorldModel
+from wmzoo.data.store import row_fields, split_row
+from wmzoo.interfaces import Batch, EnvInfo, State, WorldModel, map_obs
 
 PROTOCOLS = ("imagination", "recall", "reward", "reasoning", "probing")
 MAX_EXTRA_FRAMES = 20
@@ -111,7 +112,7 @@ def observe_rows(
     frames = []
     for t in range(start, stop):
         prev = batch.action[:, t - 1] if t > 0 else torch.zeros_like(batch.action[:, 0])
-        state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+        state = wm.observe_step(state, map_obs(lambda x: x[:, t], batch.obs), prev, batch.is_first[:, t])
         if usage is not None:
             usage.add(state)
         if decode:
@@ -455,8 +456,8 @@ def teleport_row(episode: dict[str, np.ndarray]) -> int:
 
 
 def _batch(episodes: Sequence[dict[str, np.ndarray]]) -> tuple[Batch, dict[str, np.ndarray]]:
-    batch = Batch(**{key: torch.from_numpy(np.stack([e[key] for e in episodes]))
-                     for key in ("obs", "action", "reward", "terminal", "is_first")})
+    batch = Batch(**split_row({key: torch.from_numpy(np.stack([e[key] for e in episodes]))
+                               for key in row_fields(episodes[0])}))
     extras = {key: np.stack([e[key] for e in episodes]) for key in episodes[0] if key.startswith("info_")}
     return batch, extras
 
@@ -581,14 +582,17 @@ def evaluate_memory(
     fixed_context = context is not None and protocol != "probing"  # --context given: count what it leaves out
     manifest, stream, skipped = scored_episodes(data, split, episodes, context, skip_short=fixed_context)
     agent = load_agent(checkpoint, device)
-    if (tuple(agent.env.obs_shape), agent.env.num_actions, agent.env.discrete) != (
-        tuple(manifest.env_info.obs_shape), manifest.env_info.num_actions, manifest.env_info.discrete
+    if (agent.env.obs_space, agent.env.num_actions, agent.env.discrete) != (
+        manifest.env_info.obs_space, manifest.env_info.num_actions, manifest.env_info.discrete
     ):
         raise WmzooError(
-            f"checkpoint {checkpoint} was trained on {agent.env.name} {list(agent.env.obs_shape)} "
+            f"checkpoint {checkpoint} was trained on {agent.env.name} {_shapes(agent.env)} "
             f"with {agent.env.num_actions} actions; the dataset holds {manifest.args.env} "
-            f"{list(manifest.env_info.obs_shape)} with {manifest.env_info.num_actions}"
+            f"{_shapes(manifest.env_info)} with {manifest.env_info.num_actions}"
         )
+    if protocol in ("imagination", "recall", "probing") and not agent.env.pixel:
+        raise WmzooError(f"--protocol {protocol} scores images of a pixel env; {manifest.args.env} observes "
+                         f"{agent.env.describe_obs()}: use --protocol reward or reasoning")
     wm = agent.world_model
     wm.eval()
     if protocol == "imagination":
@@ -651,3 +655,8 @@ def summary(results: dict[str, Any]) -> list[str]:
         shown = ", ".join(f"{k} {v:.3f}" for k, v in values.items()) if isinstance(values, dict) else f"{values:.3f}"
         lines.append(f"baseline {name}: {shown}")
     return lines
+
+
+def _shapes(info: EnvInfo) -> str:
+    """A pixel env's ``[C, H, W]`` as before the observation spec; other specs in words."""
+    return str(list(info.obs_shape)) if info.pixel else f"({info.describe_obs()})"

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from wmzoo.device import resolve_device
-from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.interfaces import Batch, EnvInfo, map_obs, stack_obs
 from wmzoo.registry import make_env
 from wmzoo.config import load_run
 from wmzoo.train.agent import Agent
@@ -72,7 +72,8 @@ def evaluate(
                 if uniform:
                     action = env.action_space.sample()
                 else:
-                    action = agent.act(obs[None], np.array([first]), sample=sample, temperature=temperature,
+                    action = agent.act(map_obs(lambda x: np.asarray(x)[None], obs), np.array([first]), sample=sample,
+                                       temperature=temperature,
                                        condition=condition)[0]
                 obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
@@ -97,7 +98,7 @@ def play_episode(agent: Agent, steps: int, seed: int = 20_000) -> Batch:
         agent.reset_acting()
         first = True
         while len(rows["obs"]) < steps:
-            action = agent.act(obs[None], np.array([first]))[0]
+            action = agent.act(map_obs(lambda x: np.asarray(x)[None], obs), np.array([first]))[0]
             next_obs, reward, terminated, truncated, _ = env.step(action)
             for key, value in zip(rows, (obs, action, reward, terminated, first)):
                 rows[key].append(value)
@@ -108,7 +109,7 @@ def play_episode(agent: Agent, steps: int, seed: int = 20_000) -> Batch:
     finally:
         env.close()
     return Batch(
-        obs=torch.as_tensor(np.stack(rows["obs"]))[None],
+        obs=map_obs(lambda x: torch.as_tensor(x)[None], stack_obs(rows["obs"])),
         action=torch.as_tensor(np.stack(rows["action"]))[None].to(agent.env.action_dtype),
         reward=torch.as_tensor(np.array(rows["reward"], np.float32))[None],
         terminal=torch.as_tensor(np.array(rows["terminal"]))[None],

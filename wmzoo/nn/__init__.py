@@ -3,6 +3,8 @@
 A plugin imports what it builds from here (``from wmzoo.nn import ConvEncoder, Tokenizer``):
 
 - pixels: :class:`ConvEncoder` / :class:`ConvDecoder` (DreamerV3's CNN) and :func:`recon_loss`;
+- any observation spec: :class:`ObsEncoder` / :class:`ObsDecoder` (CNN for images, symlog MLP for
+  vectors, per-entry losses) with the key selection of :class:`ObsKeysSpec`;
 - latent-state backbones: :class:`CategoricalLatent` with :func:`kl_loss` (KL balancing, free
   bits), :class:`LatentWorldModelSpec` and :class:`LatentWorldModel` (encoder → your dynamics →
   decoder + heads) with :func:`latent_objective`;
@@ -45,6 +47,7 @@ from wmzoo.nn.heads import (
 )
 from wmzoo.nn.latent import CategoricalLatent, KLSpec, kl_loss, sample_latent
 from wmzoo.nn.mlp import MLP, NormedLinear
+from wmzoo.nn.obs import ObsDecoder, ObsEncoder, ObsKeysSpec, select_entries
 from wmzoo.nn.quantizer import CosineEMAQuantizer, Quantized, VectorQuantizer
 from wmzoo.nn.retention import RetNet, RetNetSpec
 from wmzoo.nn.specs import LatentWorldModelSpec
@@ -71,6 +74,9 @@ __all__ = [
     "LatentWorldModel",
     "LatentWorldModelSpec",
     "NormedLinear",
+    "ObsDecoder",
+    "ObsEncoder",
+    "ObsKeysSpec",
     "OneHotCategoricalST",
     "Quantized",
     "RetNet",
@@ -90,6 +96,7 @@ __all__ = [
     "recon_loss",
     "reward_cont_targets",
     "sample_latent",
+    "select_entries",
     "start_conts",
     "symexp",
     "symlog",

@@ -15,11 +15,13 @@ from __future__ import annotations
 from pydantic import Field
 
 from wmzoo.nn.latent import KLSpec
+from wmzoo.nn.obs import ObsKeysSpec
 from wmzoo.specs import OptimSpec, WorldModelSpec
 
 
-class LatentWorldModelSpec(WorldModelSpec):
-    """CNN, categorical latent, MLP heads, loss scales and optimizer (defaults: DreamerV3 size S)."""
+class LatentWorldModelSpec(WorldModelSpec, ObsKeysSpec):
+    """CNN, vector MLP, categorical latent, MLP heads, loss scales and optimizer (defaults:
+    DreamerV3 size S); ``encoder_keys`` / ``decoder_keys`` select the observation entries."""
 
     stoch: int = Field(32, ge=1, le=1024, description="z_t: number of categorical variables")
     classes: int = Field(32, ge=2, le=1024, description="classes per categorical variable")
@@ -27,10 +29,13 @@ class LatentWorldModelSpec(WorldModelSpec):
         512,
         ge=1,
         le=16384,
-        description="units of every MLP layer of the latents, the sequence-model input and the heads "
-        "(not those inside the sequence model's own blocks)",
+        description="units of every MLP layer of the latents, the sequence-model input, the heads and "
+        "the vector encoder/decoder (not those inside the sequence model's own blocks)",
     )
-    mlp_layers: int = Field(2, ge=0, le=16, description="hidden layers of the reward and continue heads")
+    mlp_layers: int = Field(
+        2, ge=0, le=16, description="hidden layers of the reward and continue heads and of the vector "
+        "observations' encoder and decoder MLPs"
+    )
     cnn_depth: int = Field(32, ge=1, le=1024, description="channels of the first CNN stage (×2 per stage)")
     cnn_stages: int = Field(
         4, ge=1, le=8, description="stride-2 CNN stages; the image size must divide by 2**stages"
@@ -40,7 +45,9 @@ class LatentWorldModelSpec(WorldModelSpec):
         default_factory=KLSpec,
         description="KL loss: free nats and DreamerV3 weights, or DreamerV2 balancing",
     )
-    recon_scale: float = Field(1.0, ge=0, le=1000, description="weight of the image loss")
+    recon_scale: float = Field(
+        1.0, ge=0, le=1000, description="weight of the reconstruction loss (every decoded entry's)"
+    )
     reward_scale: float = Field(1.0, ge=0, le=1000, description="weight of the reward loss")
     cont_scale: float = Field(1.0, ge=0, le=1000, description="weight of the continue loss")
     reward_bins: int = Field(255, ge=2, le=4096, description="two-hot bins of the reward head")

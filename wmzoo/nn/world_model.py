@@ -13,21 +13,31 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from wmzoo.interfaces import Batch, Dynamics, EnvInfo, Filtered, State, Step, WorldModel, filter_rows
-from wmzoo.nn.cnn import ConvDecoder, ConvEncoder, recon_loss
+from wmzoo.interfaces import Batch, Dynamics, EnvInfo, Filtered, Obs, State, Step, WorldModel, filter_rows
 from wmzoo.nn.distributions import OneHotCategoricalST
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean
 from wmzoo.nn.latent import kl_loss
+from wmzoo.nn.obs import ObsDecoder, ObsEncoder
 from wmzoo.nn.specs import LatentWorldModelSpec
 from wmzoo.specs import OptimSpec
 
 
+def obs_codec(spec: LatentWorldModelSpec, env: EnvInfo, feat: int | None = None) -> Any:
+    """The spec's :class:`~wmzoo.nn.obs.ObsEncoder` (``feat=None``) or, for features of size
+    ``feat``, its :class:`~wmzoo.nn.obs.ObsDecoder`: CNN at ``cnn_depth``/``cnn_stages``, vector
+    MLPs of ``mlp_layers`` × ``hidden``, over the entries ``encoder_keys``/``decoder_keys`` select."""
+    if feat is None:
+        return ObsEncoder(env, spec.encoder_keys, spec.cnn_depth, spec.cnn_stages, spec.hidden, spec.mlp_layers)
+    return ObsDecoder(env, spec.decoder_keys, feat, spec.cnn_depth, spec.cnn_stages, spec.hidden, spec.mlp_layers)
+
+
 class LatentWorldModel(WorldModel):
-    """Encoder, the subclass's dynamics, image decoder, reward (two-hot) and continue heads.
+    """Encoder, the subclass's dynamics, observation decoder, reward (two-hot) and continue heads.
 
     ``action`` arguments of the dynamics are encoded actions (see :func:`encode_action`). Besides
     the :class:`~wmzoo.interfaces.Dynamics` methods it must have ``observe_step(state, embed,
@@ -41,11 +51,11 @@ class LatentWorldModel(WorldModel):
     def __init__(self, spec: LatentWorldModelSpec, env: EnvInfo) -> None:
         super().__init__()
         self.spec, self.env = spec, env
-        self.encoder = ConvEncoder(env.obs_shape, spec.cnn_depth, spec.cnn_stages)
+        self.encoder = obs_codec(spec, env)
         self.dynamics = self.build_dynamics(self.encoder.out_dim)
         feat = self.dynamics.feature_dim
         self.feature_shape = (feat,)
-        self.decoder = ConvDecoder(env.obs_shape, feat, spec.cnn_depth, spec.cnn_stages)
+        self.decoder = obs_codec(spec, env, feat)
         self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
 
     @abstractmethod
@@ -63,12 +73,11 @@ class LatentWorldModel(WorldModel):
     def features(self, state: State) -> Tensor:
         return self.dynamics.features(state)
 
-    def decode(self, state: State) -> Tensor:
-        image = self.decoder(self.features(state))
-        return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+    def decode(self, state: State) -> Obs:
+        return self.decoder.decode(self.features(state))
 
     def observe_step(
-        self, state: State, obs: Tensor, prev_action: Tensor, is_first: Tensor, sample: bool = True
+        self, state: State, obs: Obs, prev_action: Tensor, is_first: Tensor, sample: bool = True
     ) -> State:
         """The posterior state after filtering ``obs``; the dynamics reset where ``is_first``."""
         embed = self.encoder(obs)
@@ -138,7 +147,7 @@ def posterior_rewards(
 
 def latent_objective(
     spec: LatentWorldModelSpec,
-    decoder: nn.Module,
+    decoder: ObsDecoder,
     heads: RewardContinueHeads,
     feat: Tensor,
     post_logits: Tensor,
@@ -147,12 +156,15 @@ def latent_objective(
     kl_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The ELBO-style loss every latent-state backbone here trains (DreamerV3 eq. 4–5, s4wm eq. 7–9):
-    ``recon + reward + cont + KL`` with the spec's scales, and its metrics as floats.
+    ``recon + reward + cont + KL`` with the spec's scales, and its metrics as floats. ``recon`` sums
+    the decoder's per-entry losses (:meth:`~wmzoo.nn.obs.ObsDecoder.losses`), each also logged as
+    ``recon_<name>`` unless the one entry is a pixel env's image.
 
     ``feat`` ``[B, T, F]`` are the posterior features; ``kl_mask`` ``[B, T]`` keeps only the steps
     whose KL counts (S4WM skips episode starts); without it every step counts.
     """
-    image = recon_loss(decoder(feat), batch.obs)
+    entries = decoder.losses(feat, batch.obs)
+    image = torch.stack(list(entries.values())).sum()
     reward, cont, head_metrics = heads.loss(feat, batch)
     kl = kl_loss(post_logits, prior_logits, spec.kl)
 
@@ -165,6 +177,7 @@ def latent_objective(
         metrics = {
             "model": total.detach(),
             "recon": image,
+            **({f"recon_{k}": v for k, v in entries.items()} if isinstance(batch.obs, dict) else {}),
             "reward": reward,
             "cont": cont,
             "kl_loss": kl_term,

@@ -583,6 +583,7 @@ def imagination_video(study: StudySpec, cells: Sequence[Cell], out: Path, env: s
     actions: an offline study's first test episode, or an episode the first backbone played."""
     import torch
 
+    from wmzoo.data.store import row_fields, split_row
     from wmzoo.eval.plots import grid_animation
     from wmzoo.eval.rollout import load_agent, play_episode
     from wmzoo.interfaces import Batch
@@ -600,11 +601,10 @@ def imagination_video(study: StudySpec, cells: Sequence[Cell], out: Path, env: s
 
         episode = next(iter_episodes(data_dir(out, env), "test", 1))
         length = min(len(episode["reward"]), context + VIDEO_HORIZON)
-        batch = Batch(**{k: torch.from_numpy(episode[k][None, :length]) for k in
-                         ("obs", "action", "reward", "terminal", "is_first")})
+        batch = Batch(**split_row({k: torch.from_numpy(episode[k][None, :length]) for k in row_fields(episode)}))
     else:
         batch = play_episode(load_agent(next(iter(done.values()))), context + VIDEO_HORIZON, seed=study.eval.seed)
-        length = batch.obs.shape[1]
+        length = batch.shape[1]
     context = min(context, length - 1)
     rows: list[tuple[str, np.ndarray]] = []
     for label, checkpoint in done.items():

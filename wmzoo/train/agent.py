@@ -18,7 +18,7 @@ from wmzoo.device import autocast, compile_world_model, float32, resolve_device
 from wmzoo.errors import SpecError, WmzooError
 from wmzoo.imagination import frozen, imagine
 from wmzoo.interfaces import (
-    Batch, EnvInfo, State, TrainOutput, Trajectory, WorldModel, index_state, reset_state,
+    Batch, EnvInfo, State, TrainOutput, Trajectory, WorldModel, index_state, map_obs, reset_state,
 )
 from wmzoo.optim import Optimizer, step_components, world_model_optimizers
 from wmzoo.registry import build_policy, build_world_model
@@ -132,7 +132,8 @@ class Agent(nn.Module):
         self, obs: np.ndarray, is_first: np.ndarray, sample: bool = True, actions: np.ndarray | None = None,
         override: np.ndarray | None = None, temperature: float = 1.0, condition: torch.Tensor | None = None,
     ) -> np.ndarray:
-        """Actions for ``N`` envs from their current observations ``uint8 [N, C, H, W]``.
+        """Actions for ``N`` envs from their current observations ``uint8 [N, C, H, W]`` (a pixel
+        env) or a dict of the spec's entries, each ``[N, ...]``.
 
         Keeps the world model's filter state and the policy state per env; ``is_first`` resets
         an env's states (start of a new episode). ``actions`` overrides the policy's choice
@@ -140,7 +141,7 @@ class Agent(nn.Module):
         the filter state still follows the actions really taken. ``temperature``: sampling
         temperature of the policy (see :meth:`~wmzoo.interfaces.Policy.act`).
         """
-        n = obs.shape[0]
+        n = len(is_first)
         first = torch.as_tensor(is_first, device=self.device)
         if self._acting is None or self._acting["prev_action"].shape[0] != n:
             self._acting = {
@@ -153,7 +154,8 @@ class Agent(nn.Module):
         acting["prev_action"][first] = 0
         with self.autocast():
             state = self.world_model.observe_step(
-                acting["state"], torch.as_tensor(obs, device=self.device), acting["prev_action"], first
+                acting["state"], map_obs(lambda x: torch.as_tensor(x, device=self.device), obs),
+                acting["prev_action"], first,
             )
             pstate = acting["pstate"]
             if pstate:

@@ -8,6 +8,7 @@ from gymnasium.vector import VectorEnv
 
 from wmzoo.data import Replay
 from wmzoo.envs.vector import action_samplers
+from wmzoo.interfaces import map_obs
 from wmzoo.train.agent import Agent
 
 
@@ -47,7 +48,8 @@ class Collector:
         obs, rewards, terminated, truncated, info = self.envs.step(actions)
         ended = []
         for i in range(len(actions)):
-            self.replay.add(i, self.obs[i], actions[i], float(rewards[i]), bool(terminated[i]), bool(self.is_first[i]))
+            self.replay.add(i, map_obs(lambda x: x[i], self.obs), actions[i], float(rewards[i]), bool(terminated[i]),
+                            bool(self.is_first[i]))
             self.returns[i] += rewards[i]
             self.lengths[i] += 1
             if terminated[i] or truncated[i]:

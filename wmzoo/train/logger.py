@@ -13,6 +13,7 @@ from PIL import Image
 
 from wmzoo import distributed
 from wmzoo.atomic import atomic_path
+from wmzoo.interfaces import obs_entries
 from wmzoo.train.trackers import open_trackers
 
 
@@ -77,6 +78,56 @@ def side_by_side(real: np.ndarray, imagined: np.ndarray, context: int, scale: in
             canvas[H + 1 :, W + 4 :] = (220, 30, 30)
         frames.append(canvas.repeat(scale, 0).repeat(scale, 1))
     return frames
+
+
+def obs_frames(obs: Any, like: Any = None, height: int = 32) -> np.ndarray:
+    """Observations ``[T, ...]`` (one uint8 ``[T, C, H, W]`` array or a dict of entries) as RGB
+    frames uint8 ``[T, 3, H', W']`` for GIFs: every entry side by side, images as they are (one
+    channel grey, ``C`` other than 1 or 3 binary-ish planes in distinct colours, as MinAtar's),
+    each vector entry a bar chart of its ``symlog`` values (zero in the middle) scaled by the
+    largest of that entry in ``like`` (default: ``obs``), so the real frames and the model's,
+    drawn with the real ones as ``like``, share one scale."""
+    parts, like = [], obs_entries(obs if like is None else like)
+    for key, value in obs_entries(obs).items():
+        value = np.asarray(value)
+        if value.ndim == 4:
+            parts.append(_colour(value))
+        else:
+            top = float(np.abs(_symlog(np.asarray(like.get(key, value)))).max(initial=0.0)) or 1.0
+            parts.append(_bars(value, top, max(height, max((p.shape[2] for p in parts), default=0))))
+    rows = max(p.shape[2] for p in parts)
+    padded = [np.pad(p, ((0, 0), (0, 0), (0, rows - p.shape[2]), (0, 2)), constant_values=255) for p in parts]
+    return np.concatenate(padded, 3)[..., :-2]
+
+
+def _colour(images: np.ndarray) -> np.ndarray:
+    """uint8 ``[T, C, H, W]`` → ``[T, 3, H, W]``."""
+    channels = images.shape[1]
+    if channels == 3:
+        return images
+    if channels == 1:
+        return np.repeat(images, 3, 1)
+    hues = np.linspace(0, 1, channels, endpoint=False)
+    palette = np.stack([0.5 + 0.5 * np.cos(2 * np.pi * (hues + k / 3)) for k in range(3)], 1)  # [C, 3]
+    weights = images.astype(np.float32) / 255.0
+    rgb = np.einsum("tchw,ck->tkhw", weights, palette) / np.maximum(weights.sum(1, keepdims=True), 1.0)
+    return (rgb * 255).round().clip(0, 255).astype(np.uint8)
+
+
+def _symlog(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.log1p(np.abs(x.astype(np.float64)))
+
+
+def _bars(vectors: np.ndarray, top: float, height: int, width: int = 4) -> np.ndarray:
+    """float ``[T, D]`` → uint8 ``[T, 3, height, D·width]``: one bar per value, up from the
+    middle line when positive, down when negative (``symlog``, ``±top`` the full half height)."""
+    level = np.round(np.clip(_symlog(vectors) / top, -1, 1) * (height // 2)).astype(int)  # [T, D]
+    rows = np.arange(height)[None, :, None]
+    mid = height // 2
+    filled = ((rows < mid) & (rows >= mid - level[:, None, :])) | ((rows >= mid) & (rows < mid - level[:, None, :]))
+    canvas = np.where(filled, 40, 255).astype(np.uint8)  # [T, height, D]
+    canvas[:, mid] = np.minimum(canvas[:, mid], 160)
+    return np.repeat(np.repeat(canvas[:, None], 3, 1), width, 3)
 
 
 def _rgb(chw: np.ndarray) -> np.ndarray:

@@ -23,7 +23,6 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +36,13 @@ from wmzoo.data import Replay
 from wmzoo.data.dataset import recorded_env_info
 from wmzoo.data.store import ChunkName
 from wmzoo.errors import WmzooError
-from wmzoo.interfaces import Batch, EnvInfo
+from wmzoo.interfaces import Batch, EnvInfo, map_obs, obs_entries, stack_obs
 from wmzoo.outputs import check_output_folder
 from wmzoo.registry import env_info, make_env
 from wmzoo.specs import RunSpec
 from wmzoo.train.agent import Agent
 from wmzoo.train.checkpoint import load_checkpoint, save_checkpoint
-from wmzoo.train.logger import Logger, strip, write_rollout
+from wmzoo.train.logger import Logger, obs_frames, strip, write_rollout
 from wmzoo.train.nonfinite import kept_checkpoint, nonfinite_hint, nonfinite_tensors
 from wmzoo.train.schedule import Schedule
 
@@ -143,7 +142,7 @@ def save_run(logdir: Path, agent: Agent, progress: Mapping[str, Any]) -> Path:
         )
     if not distributed.is_main():
         return logdir / CHECKPOINT
-    tree = {"run": agent.run.model_dump(), "env": asdict(agent.env), "progress": dict(progress), **state}
+    tree = {"run": agent.run.model_dump(), "env": agent.env.to_dict(), "progress": dict(progress), **state}
     return save_checkpoint(logdir / CHECKPOINT, tree)
 
 
@@ -235,7 +234,10 @@ def recorded_image_size(run: RunSpec, info: EnvInfo) -> RunSpec:
     offline, the data decides the frames, and the run spec (``run.yaml``, the checkpoint) must
     name the env as the model saw it, or ``wmzoo eval`` would make it at another size than the
     model was built for (an offline run on 40×40 data once recorded the default 64)."""
-    _, height, width = info.obs_shape
+    images = [entry.shape for entry in info.obs_spec.values() if entry.kind == "image"]
+    if not images:
+        return run
+    _, height, width = images[0]
     if height != width or run.train.image_size == height:
         return run
     return run.model_copy(update={"train": run.train.model_copy(update={"image_size": height})})
@@ -244,8 +246,10 @@ def recorded_image_size(run: RunSpec, info: EnvInfo) -> RunSpec:
 @torch.no_grad()
 def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndarray, np.ndarray]:
     """Observe the first ``context`` frames of a 1-row batch, then imagine the rest under the
-    recorded actions. Returns ``(real, model)`` uint8 ``[T, C, H, W]``; the model's first
-    ``context`` frames are reconstructions of the observed ones."""
+    recorded actions. Returns ``(real, model)`` as RGB frames uint8 ``[T, 3, H, W]``
+    (:func:`~wmzoo.train.logger.obs_frames`: a 3-channel image as it is, a many-channel one in
+    colours, every entry the model decodes beside its real one); the model's first ``context``
+    frames are reconstructions of the observed ones."""
     from wmzoo.imagination import imagine, replay_actions
 
     wm = agent.world_model
@@ -255,14 +259,16 @@ def imagine_open_loop(agent: Agent, batch: Batch, context: int) -> tuple[np.ndar
     recon = []
     prev = torch.zeros_like(batch.action[:, 0])
     for t in range(context):
-        state = wm.observe_step(state, batch.obs[:, t], prev, batch.is_first[:, t])
+        state = wm.observe_step(state, map_obs(lambda x: x[:, t], batch.obs), prev, batch.is_first[:, t])
         prev = batch.action[:, t]
-        recon.append(wm.decode(state)[0])
+        recon.append(map_obs(lambda x: x[0], wm.decode(state)))
     actions = batch.action[:, context - 1 : -1].transpose(0, 1)  # actions[t] leads into frame t+1
     traj = imagine(wm, replay_actions(actions), state, actions.shape[0], decode=True)
     assert traj.images is not None
-    model = torch.cat([torch.stack(recon), traj.images[1:, 0]])
-    return batch.obs[0].cpu().numpy(), model.cpu().numpy()
+    recon_entries, imagined = obs_entries(stack_obs(recon)), obs_entries(traj.images)
+    model = {k: torch.cat([recon_entries[k], v[1:, 0]]).cpu().numpy() for k, v in imagined.items()}
+    real = {k: v[0].cpu().numpy() for k, v in obs_entries(batch.obs).items() if k in model}
+    return obs_frames(real), obs_frames(model, like=real)
 
 
 def record_imagination(agent: Agent, replay: Replay, logdir: Path, logger: Logger, step: int) -> None:
