@@ -219,9 +219,9 @@ def run_bench(
     rounds: int = 3,
 ) -> list[BenchRecord]:
     """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, each at every variant
-    (:func:`variants`), all of them in ``rounds`` alternated rounds (:func:`alternate`). ``overrides``: ``--set KEY=VALUE`` for every backbone
-    (``model.`` keys, or bare ones, for the world model; ``policy.`` keys for its policy).
-    ``actions`` (imagine): uniformly ``random`` ones, or the backbone's default ``policy`` acting
+    (:func:`variants`), all of them in ``rounds`` alternated rounds (:func:`alternate`).
+    ``overrides``: ``--set KEY=VALUE`` for every backbone (``model.`` keys, or bare ones, for the
+    world model; ``policy.`` keys for its policy). ``actions`` (imagine): uniformly ``random`` ones, or the backbone's default ``policy`` acting
     on the imagined features (its forward pass timed with the world model's, as the official
     IRIS and REM codes time imagination)."""
     if mode not in ("train", "imagine"):
