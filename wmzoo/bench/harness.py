@@ -410,9 +410,18 @@ def count_flops(step: Callable[[], Any]) -> float:
     matrix products, convolutions, attention and their backward), from one extra, untimed call."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
-        step()
-    return float(counter.get_total_flops())
+    # The counter's module tracking can trip over a step's autograd graph (a module whose output
+    # requires grad without a grad_fn, e.g. a fused inference path); a gradient-free step (an
+    # imagination) is then counted without gradient, and a step that cannot be counted is 0
+    # (shown as "-"), never a failed bench.
+    for grad in (True, False):
+        try:
+            with torch.set_grad_enabled(grad and torch.is_grad_enabled()), FlopCounterMode(display=False) as counter:
+                step()
+            return float(counter.get_total_flops())
+        except Exception:  # noqa: BLE001 - any failure of the counter's own hooks
+            continue
+    return 0.0
 
 
 class MatmulPeak:
@@ -746,8 +755,8 @@ def format_table(records: list[BenchRecord]) -> str:
         rows.append(
             f"{r.backbone:<22}{variant_name(r):<14}{r.mode:<9}{r.batch_size:>4}{r.seq_len:>6}{r.horizon:>4}"
             f"{r.params:>12,}{r.throughput:>12.1f}{spread:>21}{r.vs_first:>9.2f}"
-            f"{r.flops_per_s / 1e9:>10.2f}{100 * r.fraction_of_peak:>8.1f}"
-            f"{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
+            + (f"{r.flops_per_s / 1e9:>10.2f}{100 * r.fraction_of_peak:>8.1f}" if r.flops else f"{'-':>10}{'-':>8}")
+            + f"{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
         )
     failed = [f"{r.backbone} {variant_name(r)}: {name} ran eagerly ({why})"
               for r in records for name, why in r.compile_failed.items()]
