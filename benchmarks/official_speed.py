@@ -1,9 +1,12 @@
-"""wmzoo's IRIS, REM and RSSM beside their official codes, in one process, on this CPU.
+"""wmzoo's IRIS, REM, RSSM and Δ-IRIS beside their official codes, in one process, on this CPU.
 
 Each official code is read from a local checkout (``--iris PATH``: github.com/eloialonso/iris;
 ``--rem PATH``: github.com/leor-c/REM; ``--dreamerv3 PATH``: github.com/NM512/dreamerv3-torch;
-nothing is downloaded) and built at its default Atari config, the sizes of wmzoo's ``iris:paper``,
-``rem:paper`` and RSSM at :data:`DREAMERV3_SIZE`; wmzoo's is built as its trainer builds it. Both
+``--delta-iris PATH``: github.com/vmicheli/delta-iris; nothing is downloaded) and built at its
+default Atari config, the sizes of wmzoo's ``iris:paper``, ``rem:paper``, RSSM at
+:data:`DREAMERV3_SIZE` and ``delta-iris:paper-atari`` (:func:`official_delta_iris` for its units:
+the world-model update in bf16 as its trainer runs it and in fp32, and the actor-critic update);
+wmzoo's is built as its trainer builds it. Both
 see the same synthetic 64×64 frames and 6 actions and the same threads; each unit of work is timed
 in alternated rounds after a warm-up (:func:`wmzoo.bench.harness.alternate`: official then wmzoo,
 then wmzoo then official, …, ``--iters`` calls each per round), so a load on the machine falls on
@@ -261,6 +264,7 @@ def official_delta_iris(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     (``world_model_update_fp32``)."""
     import_official(root, ("einops",))
     from data import Batch
+    from models.actor_critic import ActorCritic, ActorCriticConfig, CnnLstmActorCritic
     from models.convnet import FrameCnnConfig
     from models.tokenizer import Tokenizer
     from models.tokenizer.tokenizer import TokenizerConfig
@@ -308,9 +312,31 @@ def official_delta_iris(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
         optimizer.step()
         optimizer.zero_grad()
 
+    ac = params_yaml["actor_critic"]
+    model = ac["model"]
+    actor_critic = ActorCritic(ActorCriticConfig(
+        burn_in_length=ac["burn_in_length"], imagination_horizon=ac["imagination_horizon"], gamma=ac["gamma"],
+        lambda_=ac["lambda_"], entropy_weight=ac["entropy_weight"], two_hot_rets=ac["two_hot_rets"],
+        model=CnnLstmActorCritic(FrameCnnConfig(**model["frame_encoder_config"]), SYNTHETIC_ENV.num_actions,
+                                 ac["two_hot_rets"]),
+    ))
+    segments = synthetic_batch(SYNTHETIC_ENV, batch, ac["burn_in_length"] + 1, torch.device("cpu"), seed=1)
+    ac_batch = Batch(segments.obs.float() / 255, segments.action, segments.reward, segments.terminal.long(),
+                     torch.ones(batch, ac["burn_in_length"] + 1, dtype=torch.bool), [])
+    ac_optimizer = torch.optim.Adam(actor_critic.parameters(), lr=train["learning_rate"])
+
+    def actor_critic_update() -> None:  # its trainer: float32, the world model in eval mode
+        world_model.eval(), actor_critic.train()
+        losses, _ = actor_critic.compute_loss(ac_batch, tokenizer=tokenizer, world_model=world_model)
+        losses.loss_total.backward()
+        torch.nn.utils.clip_grad_norm_(actor_critic.parameters(), train["actor_critic"]["max_grad_norm"])
+        ac_optimizer.step()
+        ac_optimizer.zero_grad()
+
     units = {"world_model_update": (lambda: update(True), batch * seq_len),
-             "world_model_update_fp32": (lambda: update(False), batch * seq_len)}
-    return units, params(tokenizer=tokenizer, world_model=world_model)
+             "world_model_update_fp32": (lambda: update(False), batch * seq_len),
+             "actor_critic_update": (actor_critic_update, batch * ac["imagination_horizon"])}
+    return units, params(tokenizer=tokenizer, world_model=world_model, actor_critic=actor_critic)  # with its target
 
 
 def wmzoo_delta_iris_units(batch: int, seq_len: int) -> tuple[Units, dict[str, int]]:
@@ -331,10 +357,18 @@ def wmzoo_delta_iris_units(batch: int, seq_len: int) -> tuple[Units, dict[str, i
             loss, _ = wm._world_model_loss(data, tokens)
         agent.optimizers["world_model"].step(loss.float())
 
+    policy = agent.policy
+    segments = synthetic_batch(info, batch, policy.spec.segment, agent.device, seed=1)
+
+    def actor_critic_update() -> None:  # the trainer's policy update from its own segments
+        agent.train_policy(None, segments=segments)  # type: ignore[arg-type]  # read only without segments
+
     units = {"world_model_update": (lambda: update(True), batch * seq_len),
-             "world_model_update_fp32": (lambda: update(False), batch * seq_len)}
+             "world_model_update_fp32": (lambda: update(False), batch * seq_len),
+             "actor_critic_update": (actor_critic_update, batch * policy.spec.horizon)}
     components = wm.components()
-    return units, {name: sum(p.numel() for p in components[name][0]) for name in ("tokenizer", "world_model")}
+    sizes = {name: sum(p.numel() for p in components[name][0]) for name in ("tokenizer", "world_model")}
+    return units, {**sizes, **params(actor_critic=policy)}
 
 
 DREAMERV3_SIZE = {  # wmzoo's RSSM at dreamerv3-torch's defaults (DreamerV3 size S): 15.7M parameters
@@ -454,7 +488,8 @@ def compare(backbone: str, official: tuple[Units, dict[str, int]], batch: int, i
     return rows
 
 
-UNITS = ("world_model_update", "world_model_update_fp32", "imagination", "imagination_equal_actions")
+UNITS = ("world_model_update", "world_model_update_fp32", "actor_critic_update", "imagination",
+         "imagination_equal_actions")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -467,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, nargs="+", default=[8], help="batch sizes, each timed in turn")
     p.add_argument("--units", nargs="+", choices=UNITS, default=list(UNITS),
                    help="units to time, where the code has them (world_model_update_fp32: Δ-IRIS's update in "
-                   "float32; its world_model_update is in bfloat16, as its trainer runs it)")
+                   "float32; its world_model_update is in bfloat16, as its trainer runs it; actor_critic_update: "
+                   "Δ-IRIS's, imagining from B segments of 6 frames and learning, float32)")
     p.add_argument("--iters", type=int, default=1, help="calls of each side per round")
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds (the order reversed every other round)")
     p.add_argument("--warmup", type=int, default=1)
