@@ -69,18 +69,11 @@ class Trunk(nn.Module):
         nn.init.zeros_(self.critic.weight)
         nn.init.zeros_(self.critic.bias)
 
-    def encode(self, frames: Tensor) -> Tensor:
-        """The CNN's features ``[N, F]`` of frames ``[N, C, H, W]`` in [0, 1] (no state: any number at once)."""
-        return self.cnn(frames).permute(0, 2, 3, 1).flatten(1)  # the official (h w c) order
-
-    def recur(self, x: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Action logits, critic output, and the LSTM state after features ``x`` (:meth:`encode`)."""
-        h, c = self.lstm(x, (h, c))
-        return self.actor(h), self.critic(h), h, c
-
     def forward(self, frames: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Action logits, critic output, and the LSTM state after frames ``[B, C, H, W]`` in [0, 1]."""
-        return self.recur(self.encode(frames), h, c)
+        x = self.cnn(frames).permute(0, 2, 3, 1).flatten(1)  # the official (h w c) order
+        h, c = self.lstm(x, (h, c))
+        return self.actor(h), self.critic(h), h, c
 
 
 class DeltaIrisActorCritic(Policy):
@@ -132,20 +125,12 @@ class DeltaIrisActorCritic(Policy):
         """``L_π + L_V`` (module docstring) of an imagined trajectory, and its metrics."""
         frames = trajectory.features.detach()
         state = trajectory.policy_state or self.initial_state(frames.shape[1])
-        # both CNNs over every imagined frame at once (they hold no state; one large batch runs
-        # faster than H + 1 small ones), then the LSTMs step by step
-        x = self.model.encode(frames.flatten(0, 1)).unflatten(0, frames.shape[:2]).unbind(0)
-        with torch.no_grad():
-            tx = self.target.encode(frames.flatten(0, 1)).unflatten(0, frames.shape[:2]).unbind(0)
         logits, critics, targets = [], [], []
         for t in range(frames.shape[0]):
-            lg, cr, h, c = self.model.recur(x[t], state["h"], state["c"])
-            with torch.no_grad():
-                _, tc_out, th, tc = self.target.recur(tx[t], state["th"], state["tc"])
-            state = {"h": h, "c": c, "th": th, "tc": tc}
+            lg, cr, tv, state = self._step(frames[t], state)
             logits.append(lg)
             critics.append(cr)
-            targets.append(self._value(tc_out))
+            targets.append(tv)
         logit, critic, target = torch.stack(logits[:-1]), torch.stack(critics[:-1]), torch.stack(targets)
         weights = trajectory.weights.detach()[:-1]
         with torch.no_grad():
