@@ -128,7 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=16, help="sequences per batch (train) or imagined in parallel (imagine)")
     p.add_argument("--seq-len", type=int, default=64, help="training length (train) or context (imagine)")
     p.add_argument("--horizon", type=int, default=15, help="imagined steps (imagine)")
-    p.add_argument("--iters", type=int, default=5, help="timed iterations")
+    p.add_argument("--iters", type=int, default=5, help="timed iterations of every configuration per round")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="train, imagine: alternated rounds, every configuration (backbone x variant) timed in "
+                   "each, the order reversed every other round; ratios are the median [min, max] of the rounds "
+                   "and the JSON keeps every round (round_seconds). The table also gives each configuration's "
+                   "GFLOP/s (torch.utils.flop_counter: matmuls, convolutions, attention) and %% peak, its "
+                   "fraction of a large matmul's FLOP/s timed in the same rounds, threads and precision")
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
     p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions); "
                    "the env to time (env)")
@@ -666,7 +672,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
         args.iters, args.warmup, args.env, args.device, args.decode, precisions, args.compile,
-        args.overrides, components=not args.no_components, actions=args.actions,
+        args.overrides, components=not args.no_components, actions=args.actions, rounds=args.rounds,
     )
     print(format_table(records))
     if args.json_path:

@@ -10,26 +10,83 @@ diverge when rolling out the model for longer"), or pre-norm ``x ← x + f(LN(x)
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
 class Attention(nn.Module):
     """Multi-head attention of queries ``x [B, N, D]`` over ``kv [B, S, D_kv]`` (``kv = x``:
     self-attention), residual, normed after (post-norm) or before (pre-norm). Keys where
-    ``ignore [B, S]`` is true are not attended to."""
+    ``ignore [B, S]`` is true are not attended to.
+
+    The parameters are those of :class:`torch.nn.MultiheadAttention` (same names and
+    initialisation), but the forward pass is its arithmetic alone (the projections, one
+    :func:`~torch.nn.functional.scaled_dot_product_attention`, the output projection) without
+    its per-call checks, mask conversion and copies, which dominate a step of TokenWM's recurrence
+    over a few small token sets. The keys and values can be projected apart (:meth:`project_kv`)
+    and passed in (``kv_proj``): once for a whole sequence (the posterior's patch tokens), or
+    cached per state (the memory bank)."""
 
     def __init__(self, dim: int, heads: int, post_norm: bool, kv_dim: int | None = None) -> None:
         super().__init__()
         kv_dim = dim if kv_dim is None else kv_dim
         self.attn = nn.MultiheadAttention(dim, heads, kdim=kv_dim, vdim=kv_dim, batch_first=True)
         self.norm = nn.LayerNorm(dim)
-        self.post_norm = post_norm
+        self.post_norm, self.heads, self.dim = post_norm, heads, dim
 
-    def forward(self, x: Tensor, kv: Tensor | None = None, ignore: Tensor | None = None) -> Tensor:
+    def kv_weight(self) -> Tensor:
+        """The stacked key and value projections ``[2·D, D_kv]``."""
+        a = self.attn
+        if a._qkv_same_embed_dim:
+            return a.in_proj_weight[self.dim:]
+        return torch.cat([a.k_proj_weight, a.v_proj_weight])
+
+    def project_kv(self, kv: Tensor, bias: bool = True) -> Tensor:
+        """Keys and values of ``kv [..., S, D_kv]``, stacked ``[..., S, 2·D]`` (``bias=False``:
+        without the projection's bias, for sums of projected parts)."""
+        return F.linear(kv, self.kv_weight(), self.attn.in_proj_bias[self.dim:] if bias else None)
+
+    def project_q(self, x: Tensor) -> Tensor:
+        a = self.attn
+        weight = a.in_proj_weight[: self.dim] if a._qkv_same_embed_dim else a.q_proj_weight
+        return F.linear(x, weight, a.in_proj_bias[: self.dim])
+
+    def attend(self, q: Tensor, kv: Tensor, mask: Tensor | None = None) -> Tensor:
+        return attend(self.attn, q, kv, mask)
+
+    def forward(self, x: Tensor, kv: Tensor | None = None, ignore: Tensor | None = None,
+                kv_proj: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """``kv_proj``: ``kv`` already projected (:meth:`project_kv`); ``mask``: ``~ignore`` as
+        :meth:`attend` reads it, when the caller has it."""
         q = x if self.post_norm else self.norm(x)
-        kv = q if kv is None else kv
-        out = x + self.attn(q, kv, kv, key_padding_mask=ignore, need_weights=False)[0]
+        if kv_proj is None and mask is None and not (self.training or torch.is_grad_enabled()):
+            # inference (imagining, acting): torch's fused multi-head attention is faster still
+            kv = q if kv is None else kv
+            out = x + self.attn(q, kv, kv, key_padding_mask=ignore, need_weights=False)[0]
+            return self.norm(out) if self.post_norm else out
+        if kv_proj is None and kv is None:  # self-attention: one projection of q, k and v
+            proj = F.linear(q, self.attn.in_proj_weight, self.attn.in_proj_bias)
+            q, kv_proj = proj.split([self.dim, 2 * self.dim], -1)  # backward: one cat, not two zero-filled slices
+        else:
+            if kv_proj is None:
+                kv_proj = self.project_kv(kv)
+            q = self.project_q(q)
+        if mask is None and ignore is not None:
+            mask = ~ignore[:, None, None, :]
+        out = x + self.attend(q, kv_proj, mask)
         return self.norm(out) if self.post_norm else out
+
+
+def attend(attn: nn.MultiheadAttention, q: Tensor, kv: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``attn``'s attention of projected queries ``q [B, N, D]`` over projected keys and values
+    ``kv [B, S, 2·D]``, then its output projection; ``mask [B, 1, 1, S]`` true where a key is
+    attended to."""
+    B, N, D = q.shape
+    S, h = kv.shape[-2], attn.num_heads
+    q = q.reshape(B, N, h, D // h).transpose(1, 2)
+    k, v = kv.reshape(B, S, 2, h, D // h).permute(2, 0, 3, 1, 4)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return attn.out_proj(out.transpose(1, 2).reshape(B, N, D))
 
 
 class FeedForward(nn.Module):
@@ -58,8 +115,9 @@ class FiLM(nn.Module):
         super().__init__()
         self.proj = nn.Linear(cond_dim, 2 * dim)
 
-    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
-        gamma, beta = self.proj(cond).unsqueeze(-2).chunk(2, -1)
+    def forward(self, x: Tensor, cond: Tensor | None = None, projected: Tensor | None = None) -> Tensor:
+        """``projected``: ``self.proj(cond)``, when the caller projected a whole sequence at once."""
+        gamma, beta = (self.proj(cond) if projected is None else projected).unsqueeze(-2).chunk(2, -1)
         return (1 + gamma) * x + beta
 
 
@@ -73,8 +131,10 @@ class CrossBlock(nn.Module):
         self.self_attn = Attention(dim, heads, post_norm)
         self.ff = FeedForward(dim, mult, post_norm)
 
-    def forward(self, x: Tensor, kv: Tensor, ignore: Tensor | None = None) -> Tensor:
-        return self.ff(self.self_attn(self.cross(x, kv, ignore)))
+    def forward(self, x: Tensor, kv: Tensor | None = None, ignore: Tensor | None = None,
+                kv_proj: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """``kv_proj``, ``mask``: as :meth:`Attention.forward` takes them, for the cross-attention."""
+        return self.ff(self.self_attn(self.cross(x, kv, ignore, kv_proj, mask)))
 
 
 class FiLMBlock(nn.Module):
@@ -86,8 +146,9 @@ class FiLMBlock(nn.Module):
         self.self_attn = Attention(dim, heads, post_norm)
         self.ff = FeedForward(dim, mult, post_norm)
 
-    def forward(self, x: Tensor, action: Tensor) -> Tensor:
-        return self.ff(self.self_attn(self.film(x, action)))
+    def forward(self, x: Tensor, action: Tensor | None = None, film: Tensor | None = None) -> Tensor:
+        """``film``: the FiLM projection of the action, when the caller has it (:class:`FiLM`)."""
+        return self.ff(self.self_attn(self.film(x, action, film)))
 
 
 class PerceiverReadout(nn.Module):
@@ -102,7 +163,12 @@ class PerceiverReadout(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         lead = tokens.shape[:-2]
         flat = tokens.reshape(-1, *tokens.shape[-2:])
-        out = self.cross(self.queries.expand(flat.shape[0], -1, -1), flat)
+        cross, M = self.cross, flat.shape[0]
+        # the queries are the same for every row: normed and projected once, not once per row
+        x = self.queries.expand(M, -1, -1)
+        q = cross.project_q(self.queries if cross.post_norm else cross.norm(self.queries)).expand(M, -1, -1)
+        out = x + cross.attend(q, cross.project_kv(flat))
+        out = cross.norm(out) if cross.post_norm else out
         return out.reshape(*lead, *out.shape[-2:])
 
 
@@ -122,11 +188,18 @@ class ViTEncoder(nn.Module):
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, obs: Tensor) -> Tensor:
-        """uint8 frames ``[..., C, H, W]`` → ``[..., N_z, D_z]``."""
+        """uint8 frames ``[..., C, H, W]`` → ``[..., N_z, D_z]``. Each layer's arithmetic is
+        :class:`torch.nn.TransformerEncoderLayer`'s (pre-norm, GELU, no dropout; its parameters),
+        without its multi-head attention's per-call layout copies (:func:`attend`)."""
         lead = obs.shape[:-3]
         x = obs.reshape(-1, *obs.shape[-3:]).float() / 255.0 - 0.5
         z = self.patchify(x).flatten(2).transpose(1, 2) + self.pos
-        z = self.norm(self.layers(z))
+        for layer in self.layers.layers:
+            attn, D = layer.self_attn, z.shape[-1]
+            proj = F.linear(layer.norm1(z), attn.in_proj_weight, attn.in_proj_bias)
+            z = z + attend(attn, *proj.split([D, 2 * D], -1))
+            z = z + layer.linear2(F.gelu(layer.linear1(layer.norm2(z))))
+        z = self.norm(z)
         return z.reshape(*lead, *z.shape[-2:])
 
 

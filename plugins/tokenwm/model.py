@@ -81,7 +81,6 @@ from wmzoo.interfaces import (
     obs_entries,
     pack_obs,
     reset_state,
-    stack_states,
 )
 from wmzoo.nn.distributions import symexp, symlog
 from wmzoo.nn.heads import RewardContinueHeads, encode_action, masked_mean, start_conts
@@ -350,18 +349,48 @@ class TokenWMWorldModel(WorldModel):
         priors ``[B, T, N_h, D]``. Every row starts from h_0 (training carries no state across
         windows); the prior at a window's first step and at every episode start inside it reads the
         zero action, as :meth:`observe_step` is given it. ``z``: the batch's encoded frames, when
-        the caller has them."""
+        the caller has them.
+
+        The same recurrence as :meth:`observe_step` step after step, with the work that does not
+        depend on it done once for the whole window: the actions' FiLM projections, the patch
+        tokens' keys and values of every posterior block, and the memory's validity (episode
+        starts as masks, not state resets). The memory bank is a ring buffer of the keys and values
+        each state ``h`` gives the memory reader (:class:`MemoryRing`), so every state is projected
+        once, not once per step it stays in the bank; the per-step banks of the returned states
+        are gathered from the ``h`` sequence once at the end."""
         B, T = batch.shape
         z = self.encode(batch.obs) if z is None else z
         prev_action = torch.cat([torch.zeros_like(batch.action[:, :1]), batch.action[:, :-1]], 1)
         start = batch.is_first if prev_action.dim() == 2 else batch.is_first.unsqueeze(-1)
         prev_action = prev_action.masked_fill(start, 0)
-        state, states, priors = self.initial_state(B), [], []
+        first = batch.is_first.clone()
+        first[:, 0] = True  # every row starts from h_0 at the window's start
+        action = encode_action(prev_action, self.env)
+        # per step by unbind, not by indexing: the gradient of an index is a zero-filled tensor of
+        # the whole window per step, that of unbind one stack of the steps' gradients
+        films = [block.film.proj(action).unbind(1) for block in self.prior_blocks]  # T × [B, 2·D]
+        obs = z + self.obs_pos
+        post_kv = [block.cross.project_kv(obs).unbind(1) for block in self.post_blocks]  # T × [B, N_z, 2·D]
+        ring = MemoryRing(self, first) if self.spec.memory else None
+        h0 = self.h0.expand(B, -1, -1)
+        hstar, hs, hstars, priors = h0, [], [], []
         for t in range(T):
-            state, prior = self._filter(state, z[:, t], prev_action[:, t], batch.is_first[:, t])
-            states.append(state)
-            priors.append(prior)
-        return stack_states(states), torch.stack(priors, 1)
+            hstar = torch.where(first[:, t, None, None], h0, hstar)  # the episode starts as a mask
+            x = hstar + self.prior_pos
+            for block, film in zip(self.prior_blocks, films):
+                x = block(x, film=film[t])
+            priors.append(x)
+            h = x + self.post_pos
+            for block, kv in zip(self.post_blocks, post_kv):
+                h = block(h, kv_proj=kv[t])
+            hstar = ring.read_and_push(h, t) if ring is not None else h
+            hs.append(h)
+            hstars.append(hstar)
+        h_seq = torch.stack(hs, 1)
+        states = {"h": h_seq, "hstar": torch.stack(hstars, 1)}
+        if ring is not None:
+            states["bank"], states["valid"] = ring.banks(h_seq)
+        return states, torch.stack(priors, 1)
 
     def observe(self, batch: Batch, state: State | None = None) -> State:
         if state is not None:  # continue a stream step by step (acting, the memory protocols)
@@ -403,6 +432,59 @@ class TokenWMWorldModel(WorldModel):
             start_cont=start_conts(batch)[:, starts].reshape(-1),
             features=hstar,  # h*_t, what π(a_t | h*_t, c) reads (eq. 1)
         )
+
+
+class MemoryRing:
+    """The memory reader's view of a window's states, for :meth:`TokenWMWorldModel.rollout`: per
+    memory block a ring buffer ``[B, n + 1, N_h, 2·D]`` of the keys and values (without bias)
+    that the last ``n + 1`` states ``h`` project to, state ``t`` in slot ``t mod (n + 1)``, written
+    in place; each slot's age embedding (its projection plus the bias, the ring's rotation at step
+    ``t``) and which slots belong to step ``t``'s episode are computed for every step at once.
+    Reading at step ``t`` is :meth:`TokenWMWorldModel.read_memory` of ``h_t`` over the bank of
+    :meth:`observe_step` (the keys and values are linear: ``W(h + age) + b = Wh + (W·age + b)``)."""
+
+    def __init__(self, wm: TokenWMWorldModel, first: Tensor) -> None:
+        B, T = first.shape
+        n, N_h = wm.spec.memory, wm.spec.tokens
+        self.wm, self.slots, self.N_h = wm, n + 1, N_h
+        device = first.device
+        steps = torch.arange(T, device=device)
+        # steps since the episode's start (the window's start counts as one)
+        start = torch.where(first, steps, torch.zeros_like(steps)).cummax(1).values
+        self.since = steps - start  # [B, T]
+        # at step t, slot r holds h_{t - j}, j = (t - r) mod (n + 1), which has age slot n - j
+        self.lag = (steps[:, None] - torch.arange(self.slots, device=device)) % self.slots  # [T, n + 1]
+        seen = self.lag <= self.since[:, :, None]  # [B, T, n + 1]: h_{t - j} is in t's episode
+        self.mask = seen.repeat_interleave(N_h, -1)[:, :, None, None, :]  # [B, T, 1, 1, (n + 1)·N_h]
+        blocks = wm.memory_blocks
+        self.ages = [block.cross.project_kv(wm.age)[n - self.lag].unbind(0) for block in blocks]  # T × [n + 1, 1, 2·D]
+        self.rings: list[Tensor | None] = [None] * len(blocks)
+
+    def read_and_push(self, h: Tensor, t: int) -> Tensor:
+        """h*_t: ``h [B, N_h, D]`` enters its slot, then reads the ring (itself included)."""
+        B, N_h, D = h.shape
+        x, slot = h, t % self.slots
+        for i, block in enumerate(self.wm.memory_blocks):
+            kv = block.cross.project_kv(h, bias=False)
+            ring = self.rings[i]
+            if ring is None:
+                ring = self.rings[i] = kv.new_zeros(B, self.slots, N_h, kv.shape[-1])
+            ring[:, slot] = kv
+            keys = (ring + self.ages[i][t]).reshape(B, self.slots * N_h, -1)
+            x = block(x, kv_proj=keys, mask=self.mask[:, t])
+        return x
+
+    def banks(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """The bank and its validity after each step, as :meth:`TokenWMWorldModel.observe_step`
+        leaves them: ``[B, T, n, N_h, D]`` holding h_{t−n+1} … h_t (zeros where empty), and
+        ``[B, T, n]``, from the window's states ``h [B, T, N_h, D]``."""
+        B, T = h.shape[:2]
+        n = self.slots - 1
+        padded = torch.cat([h.new_zeros(B, n - 1, *h.shape[2:]), h], 1)
+        bank = padded.unfold(1, n, 1).movedim(-1, 2)  # [B, T, n, N_h, D]: slot s holds h_{t - n + 1 + s}
+        back = torch.arange(n - 1, -1, -1, device=h.device)  # slot s is n - 1 - s steps back
+        valid = back <= self.since[:, :, None]
+        return torch.where(valid[..., None, None], bank, torch.zeros((), dtype=h.dtype, device=h.device)), valid
 
 
 # --------------------------------------------------------------------------- presets

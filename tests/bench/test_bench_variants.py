@@ -11,7 +11,7 @@ from wmzoo import device
 from wmzoo.bench import harness
 from wmzoo.cli import main
 
-SMALL = ["--batch", "2", "--seq-len", "8", "--horizon", "2", "--iters", "1", "--warmup", "0"]
+SMALL = ["--batch", "2", "--seq-len", "8", "--horizon", "2", "--iters", "1", "--warmup", "0", "--rounds", "1"]
 
 
 def _bench(tmp_path, *argv: str) -> list[dict]:
@@ -37,8 +37,9 @@ def test_variants_side_by_side_fp32_first(tmp_path, monkeypatch, capsys):
         ("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True)]
     assert records[0]["vs_first"] == 1.0
     assert records[1]["vs_first"] == pytest.approx(records[1]["throughput"] / records[0]["throughput"])
-    # one timed imagination per variant; a compiled one warms up twice first (it compiles)
-    assert seen == [False, True, False, False, False, True, True, True]
+    # the FLOPs counted once (fp32, untimed); a compiled variant warms up twice (it compiles),
+    # after every variant is built; then one timed imagination per variant in the round
+    assert seen == [False, False, False, True, True, False, True, False, True]
     out = capsys.readouterr().out
     assert "fp32+compile" in out and "bf16+compile" in out and "vs fp32" in out
 
@@ -123,8 +124,8 @@ def test_imagine_acts_with_the_backbones_policy_only_when_asked(tmp_path, monkey
     monkeypatch.setattr(DreamerPolicy, "act", counted)
     (record,) = _bench(tmp_path, "--backbones", "rssm:tiny", "--mode", "imagine", "--actions", actions)
     assert record["actions"] == actions
-    # SMALL: no warm-up, one timed rollout of H = 2 from B = 2 starts
-    assert seen == ([(2, 64 + 8 * 8)] * 2 if actions == "policy" else [])
+    # SMALL: no warm-up, one rollout of H = 2 from B = 2 starts whose FLOPs are counted, one timed
+    assert seen == ([(2, 64 + 8 * 8)] * 4 if actions == "policy" else [])
 
 
 def test_train_records_no_actions(tmp_path):

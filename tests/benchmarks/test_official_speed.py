@@ -47,12 +47,14 @@ def test_no_code_to_compare_is_a_usage_error(official_speed, capsys):
     assert exit_.value.code == 2 and "--iris PATH" in capsys.readouterr().err
 
 
-def test_sides_are_timed_in_turn(official_speed):
-    # Catches: one side's warm-up or timed calls skipped, so the two are not under the same load.
+def test_sides_are_timed_in_alternated_rounds(official_speed):
+    # Catches: one side's warm-up or timed calls skipped, so the two are not under the same load,
+    # or the same side always first in a round.
     calls = []
-    seconds = official_speed.time_alternately(
-        {"official": lambda: calls.append("o"), "wmzoo": lambda: calls.append("w")}, iters=2, warmup=1)
-    assert calls == ["o", "w"] * 3 and set(seconds) == {"official", "wmzoo"}
+    seconds = official_speed.time_rounds(
+        {"official": lambda: calls.append("o"), "wmzoo": lambda: calls.append("w")}, iters=2, warmup=1, rounds=3)
+    assert calls == ["o", "w"] + ["o", "o", "w", "w"] + ["w", "w", "o", "o"] + ["o", "o", "w", "w"]
+    assert set(seconds) == {"official", "wmzoo"} and all(len(v) == 3 for v in seconds.values())
 
 
 def test_wmzoo_world_model_unit_steps_the_world_model_only(official_speed):
@@ -64,6 +66,8 @@ def test_wmzoo_world_model_unit_steps_the_world_model_only(official_speed):
     assert sizes == {"tokenizer": 3_189_667, "world_model": 4_625_925, "actor_critic": 4_574_407}
     update, frames = units["world_model_update"]
     assert frames == 10 and units["imagination"][1] == 10  # REM's horizon 10, one segment
+    assert units["imagination_equal_actions"][1] == 10  # as many actions as the horizon unless told
+    assert official_speed.wmzoo_units(agent, batch=2, seq_len=10, acted=9)[0]["imagination_equal_actions"][1] == 18
     wm = agent.world_model
     tok_before = [p.detach().clone() for p in wm.tokenizer.parameters()]
     head_before = [p.detach().clone() for p in wm.obs_head.parameters()]

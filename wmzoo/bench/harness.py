@@ -13,6 +13,25 @@ carry passed on and one update per segment, as it trains on long episodes.
 Peak memory is the resident set size sampled every 5 ms while the backbone runs (and, on CUDA,
 ``torch.cuda.max_memory_allocated``).
 
+**Alternated rounds.** Every configuration compared (each backbone at each variant) is built
+first, warmed up, then timed in ``rounds`` rounds in this one process, ``iters`` iterations each
+per round, the order of the configurations reversed every other round (:func:`alternate`), so a
+change of load on the machine falls on all of them. A record's throughput is at its median
+seconds per iteration over the rounds; ``ratio`` (against the first configuration) and
+``vs_first`` (against its backbone's first variant) are the medians of the per-round ratios, with
+``ratio_min``/``ratio_max`` their spread; ``round_seconds`` keeps every round. Peak memory is
+sampled while the configuration runs, all configurations alive (their parameters and optimizer
+states count in every one's peak RSS; ``rss_increase_mb`` is its own increase).
+
+**How close to the limit.** Each configuration's floating-point operations per iteration are
+counted once, untimed, with :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products,
+convolutions, attention, their backward; not elementwise work, normalisations, FFTs or the
+optimizer's arithmetic), on its backbone's first variant (the same arithmetic in every variant).
+The CPU's (or GPU's) peak is a large square matrix product in each precision timed (float32;
+bfloat16 for ``bf16``), timed in every round beside the configurations with the same threads:
+``flops_per_s`` is the achieved rate at the median seconds, ``fraction_of_peak`` the median over
+rounds of the round's achieved rate over the round's matmul rate (:func:`efficiency`).
+
 Every backbone is built as the trainer builds it (:class:`wmzoo.train.agent.Agent`: the world
 model, its default policy, their optimizers), on ``device``, at each of ``precisions`` (fp32,
 bf16 mixed precision) and, with ``compile``, also with its loss and imagination step compiled
@@ -47,6 +66,7 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -103,6 +123,19 @@ class BenchRecord:
     components: dict[str, float] = field(default_factory=dict)
     actions: str = ""  # imagine: who acted, "random" (uniform) or "policy" (the backbone's default policy)
     observations: str = ""  # the env timed and its observation spec, e.g. "gym-cartpole: state float32 [4]"
+    # alternated rounds (module docstring): seconds per iteration in each round, the ratio of
+    # throughput to the first configuration's (median over rounds, and its spread)
+    rounds: int = 1
+    round_seconds: list[float] = field(default_factory=list)
+    ratio: float = 1.0
+    ratio_min: float = 1.0
+    ratio_max: float = 1.0
+    # how close to the limit: FLOPs per iteration (FlopCounterMode), achieved FLOP/s, the peak of
+    # a large matmul in the same precision (median over rounds) and the median per-round fraction
+    flops: float = 0.0
+    flops_per_s: float = 0.0
+    peak_flops_per_s: float = 0.0
+    fraction_of_peak: float = 0.0
 
 
 @dataclass
@@ -184,17 +217,20 @@ def run_bench(
     overrides: Sequence[str] = (),
     components: bool = False,
     actions: Actions = "random",
+    rounds: int = 3,
 ) -> list[BenchRecord]:
-    """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, one after the other, each
-    at every variant (:func:`variants`). ``overrides``: ``--set KEY=VALUE`` for every backbone
-    (``model.`` keys, or bare ones, for the world model; ``policy.`` keys for its policy).
-    ``actions`` (imagine): uniformly ``random`` ones, or the backbone's default ``policy`` acting
+    """Measure every ``NAME[:PRESET]`` of ``backbones`` in this process, each at every variant
+    (:func:`variants`), all of them in ``rounds`` alternated rounds (:func:`alternate`).
+    ``overrides``: ``--set KEY=VALUE`` for every backbone (``model.`` keys, or bare ones, for the
+    world model; ``policy.`` keys for its policy). ``actions`` (imagine): uniformly ``random`` ones, or the backbone's default ``policy`` acting
     on the imagined features (its forward pass timed with the world model's, as the official
     IRIS and REM codes time imagination)."""
     if mode not in ("train", "imagine"):
         raise WmzooError(f"--mode {mode!r}: choose train or imagine")
     if actions not in ("random", "policy"):
         raise WmzooError(f"--actions {actions!r}: choose random or policy")
+    if rounds < 1:
+        raise WmzooError(f"--rounds {rounds}: give at least 1 (alternated rounds of every configuration)")
     resolve_device(device, "--device")
     for precision in precisions:
         check_precision(precision, "--precision")
@@ -204,7 +240,7 @@ def run_bench(
     for _, name, p, _ in specs:
         bench_policy_spec(name, p, policy_sets)  # bad policy fields before anything is timed
     return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, bench_env(env), device, decode,
-                       precisions, compile, policy_sets, components, list(overrides), actions)
+                       precisions, compile, policy_sets, components, list(overrides), actions, rounds)
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -259,25 +295,163 @@ def bench_specs(
     components: bool = False,
     overrides: list[str] | None = None,
     actions: Actions = "random",
+    rounds: int = 1,
 ) -> list[BenchRecord]:
     """:func:`run_bench` on resolved world-model specs ``(label, backbone, preset, spec)`` (a
-    study's cells: their presets with the study's ``--set`` and width fields)."""
+    study's cells: their presets with the study's ``--set`` and width fields): every
+    configuration built and warmed up, then timed in ``rounds`` alternated rounds (module
+    docstring)."""
     for _, name, p, spec in items:  # sizes that cannot fit, before anything is allocated or timed
         check_fits_in_memory(bench_run(name, p, spec, info, device, "fp32", False, policy_overrides), info,
                              batch * (seq_len + (horizon if mode == "imagine" else 0)))
-    records = []
+    units: list[_Unit] = []
     for label, name, p, spec in items:
         first = None
         for precision, compiled in variants(precisions, compile):
             run = bench_run(name, p, spec, info, device, precision, compiled, policy_overrides)
-            record = _bench_one(label, run, mode, batch, seq_len, horizon, iters, warmup, info, decode,
-                                components and mode == "train", actions)
-            first = first or record.throughput
-            record.vs_first = record.throughput / first
-            record.overrides = list(overrides or [])
-            records.append(record)
-            _release_memory()
+            unit = _Unit(label, run, mode, batch, seq_len, horizon, info, decode, actions)
+            if first is None:  # the same arithmetic in every variant of a backbone: counted once
+                unit.flops = count_flops(unit.step)
+            unit.first = first = first or unit
+            unit.flops = first.flops
+            units.append(unit)
+    peaks = {precision: MatmulPeak(units[0].agent.device, precision) for precision in
+             dict.fromkeys(u.run.train.precision for u in units)}
+    for unit in units:
+        # a compiled variant compiles on its first call and may recompile once for dynamic shapes
+        for _ in range(max(warmup, 2) if unit.run.train.compile else warmup):
+            unit.step()
+    for peak in peaks.values():
+        peak.calibrate()
+    timed: list[Callable[[], Any]] = [*units, *peaks.values()]
+    dev = units[0].agent.device
+    samplers: dict[int, list[RssSampler]] = {}
+    cuda_mb: dict[int, float] = {}
+
+    @contextlib.contextmanager
+    def sampled(i: int) -> Iterator[None]:
+        _sync(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        with RssSampler() as rss:
+            yield
+        samplers.setdefault(i, []).append(rss)
+        if dev.type == "cuda":
+            cuda_mb[i] = max(cuda_mb.get(i, 0.0), torch.cuda.max_memory_allocated(dev) / 2**20)
+
+    seconds, _ = alternate(timed, rounds, iters, around=sampled, sync=functools.partial(_sync, dev))
+    peak_seconds = {precision: seconds[len(units) + k] for k, precision in enumerate(peaks)}
+    records = []
+    for i, unit in enumerate(units):
+        peak = peaks[unit.run.train.precision]
+        record = unit.record(seconds[i], samplers[i], iters)
+        record.peak_cuda_mb, record.flops = cuda_mb.get(i, 0.0), unit.flops
+        record.ratio, record.ratio_min, record.ratio_max = ratio_stats(seconds[0], seconds[i])
+        record.vs_first = ratio_stats(seconds[units.index(unit.first)], seconds[i])[0]
+        record.flops_per_s, record.peak_flops_per_s, record.fraction_of_peak = efficiency(
+            unit.flops, seconds[i], peak.flops, peak_seconds[unit.run.train.precision])
+        record.overrides = list(overrides or [])
+        if components and mode == "train" and not unit.run.train.compile:  # a compiled loss: one fused graph
+            record.components = _component_times(unit.agent, unit.data, iters, info)
+        records.append(record)
+    del units, timed
+    _release_memory()
     return records
+
+
+def alternate(
+    units: Sequence[Callable[[], Any]], rounds: int, iters: int,
+    clock: Callable[[], float] = time.perf_counter,
+    around: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None,
+    sync: Callable[[], None] = lambda: None,
+) -> tuple[list[list[float]], list[list[int]]]:
+    """Seconds per call of each of ``units`` in each of ``rounds`` rounds, ``iters`` calls of a
+    unit timed together per round; round ``r`` runs the units in their order when ``r`` is even,
+    in the reverse order when odd (so neither a load that grows nor one that shrinks during a
+    round favours the units that come first). Also returns each round's order. ``around(i)``:
+    a context entered around unit ``i``'s timed calls (untimed itself: the clock is read inside)."""
+    seconds = [[0.0] * rounds for _ in units]
+    orders = []
+    for r in range(rounds):
+        order = list(range(len(units)))[:: -1 if r % 2 else 1]
+        orders.append(order)
+        for i in order:
+            with around(i) if around else contextlib.nullcontext():
+                sync()
+                t0 = clock()
+                for _ in range(iters):
+                    units[i]()
+                sync()
+                seconds[i][r] = (clock() - t0) / iters
+    return seconds, orders
+
+
+def ratio_stats(base: Sequence[float], seconds: Sequence[float]) -> tuple[float, float, float]:
+    """Median, min and max over rounds of the throughput ratio of a unit taking ``seconds`` per
+    iteration against one taking ``base`` in the same round (the same frames per iteration)."""
+    ratios = [b / s for b, s in zip(base, seconds)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def efficiency(flops: float, seconds: Sequence[float], peak_flops: float,
+               peak_seconds: Sequence[float]) -> tuple[float, float, float]:
+    """``(achieved FLOP/s, peak FLOP/s, fraction of peak)``: ``flops`` per iteration at the median of
+    the rounds' ``seconds`` per iteration; the peak a matmul of ``peak_flops`` per call at the median
+    of its ``peak_seconds``; the fraction the median over rounds of each round's ratio of the two."""
+    if not seconds:
+        return 0.0, 0.0, 0.0
+    achieved = flops / statistics.median(seconds)
+    peak = peak_flops / statistics.median(peak_seconds)
+    fraction = statistics.median((flops / s) / (peak_flops / p) for s, p in zip(seconds, peak_seconds))
+    return achieved, peak, fraction
+
+
+def count_flops(step: Callable[[], Any]) -> float:
+    """Floating-point operations of one call of ``step`` (:class:`torch.utils.flop_counter.FlopCounterMode`:
+    matrix products, convolutions, attention and their backward), from one extra, untimed call."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    # The counter's module tracking can trip over a step's autograd graph (a module whose output
+    # requires grad without a grad_fn, e.g. a fused inference path); a gradient-free step (an
+    # imagination) is then counted without gradient, and a step that cannot be counted is 0
+    # (shown as "-"), never a failed bench.
+    for grad in (True, False):
+        try:
+            with torch.set_grad_enabled(grad and torch.is_grad_enabled()), FlopCounterMode(display=False) as counter:
+                step()
+            return float(counter.get_total_flops())
+        except Exception:  # noqa: BLE001 - any failure of the counter's own hooks
+            continue
+    return 0.0
+
+
+class MatmulPeak:
+    """The peak FLOP/s of ``device`` in ``precision``: a square matrix product large enough to
+    run at the BLAS's best (2048 on a CPU, 8192 on a GPU), in float32 or, for ``bf16``, bfloat16,
+    repeated so one call takes about ``target`` seconds (:meth:`calibrate`)."""
+
+    def __init__(self, device: torch.device, precision: str, size: int = 0, target: float = 0.1) -> None:
+        n = size or (8192 if device.type == "cuda" else 2048)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        self.a, self.b = (torch.randn(n, n, generator=gen).to(device, dtype) for _ in range(2))
+        self.device, self.target, self.reps, self.n = device, target, 1, n
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.n**3 * self.reps
+
+    def calibrate(self) -> None:
+        self()  # warm-up
+        _sync(self.device)
+        t0 = time.perf_counter()
+        self()
+        _sync(self.device)
+        self.reps = max(1, round(self.target / max(time.perf_counter() - t0, 1e-9)))
+
+    def __call__(self) -> None:
+        for _ in range(self.reps):
+            torch.mm(self.a, self.b)
 
 
 def bench_run(name: str, preset: str, spec: WorldModelSpec, info: EnvInfo, device: str, precision: str,
@@ -293,49 +467,46 @@ def bench_run(name: str, preset: str, spec: WorldModelSpec, info: EnvInfo, devic
     })
 
 
-def _bench_one(label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, horizon: int, iters: int,
-               warmup: int, info: EnvInfo, decode: bool, components: bool, actions: Actions = "random") -> BenchRecord:
-    from wmzoo.train.agent import Agent
+class _Unit:
+    """One configuration timed: its agent built as the trainer builds it, on synthetic data, and
+    the step timed (a train update or an imagination); called to run one step."""
 
-    torch.manual_seed(0)
-    agent = Agent(run, info)
-    dev, wm = agent.device, agent.world_model
-    params = sum(x.numel() for x in wm.parameters())
-    data = synthetic_batch(info, batch, seq_len, dev)
-    if mode == "train":
-        step = _train_step(agent, data)
-    else:
-        step = _imagine_step(agent, data, horizon, info, decode, actions)
-    segment = train_segments(wm, seq_len)[0][1] if mode == "train" else 0
-    # a compiled variant compiles on its first call and may recompile once for dynamic shapes
-    for _ in range(max(warmup, 2) if run.train.compile else warmup):
-        step()
-    _sync(dev)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    with RssSampler() as rss:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step()
-        _sync(dev)
-        seconds = (time.perf_counter() - t0) / iters
-    parts: dict[str, float] = {}
-    if components and not run.train.compile:  # a compiled loss is one fused graph: no parts to time
-        parts = _component_times(agent, data, iters, info)
-    frames = batch * (seq_len if mode == "train" else horizon)
-    record = BenchRecord(
-        backbone=label, preset=run.preset, mode=mode, batch_size=batch, seq_len=seq_len,
-        horizon=horizon if mode == "imagine" else 0, params=params,
-        throughput=frames / seconds, seconds_per_iter=seconds,
-        peak_rss_mb=round(rss.peak, 1), rss_increase_mb=round(rss.peak - rss.start, 1),
-        peak_cuda_mb=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
-        iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=segment,
-        precision=run.train.precision, compiled=run.train.compile, compile_failed=compile_failures(wm),
-        components=parts, actions=actions if mode == "imagine" else "",
-        observations=f"{info.name}: {info.describe_obs()}",
-    )
-    del agent, wm, data, step
-    return record
+    def __init__(self, label: str, run: RunSpec, mode: Mode, batch: int, seq_len: int, horizon: int,
+                 info: EnvInfo, decode: bool, actions: Actions) -> None:
+        from wmzoo.train.agent import Agent
+
+        torch.manual_seed(0)
+        self.label, self.run, self.mode, self.actions, self.info = label, run, mode, actions, info
+        self.batch, self.seq_len, self.horizon = batch, seq_len, horizon
+        self.agent = Agent(run, info)
+        self.data = synthetic_batch(info, batch, seq_len, self.agent.device)
+        wm = self.agent.world_model
+        if mode == "train":
+            self.step = _train_step(self.agent, self.data)
+        else:
+            self.step = _imagine_step(self.agent, self.data, horizon, info, decode, actions)
+        self.segment = train_segments(wm, seq_len)[0][1] if mode == "train" else 0
+        self.flops = 0.0
+        self.first: _Unit = self
+
+    def __call__(self) -> None:
+        self.step()
+
+    def record(self, seconds: list[float], samplers: list[RssSampler], iters: int) -> BenchRecord:
+        dev, wm, run = self.agent.device, self.agent.world_model, self.run
+        median = statistics.median(seconds)
+        frames = self.batch * (self.seq_len if self.mode == "train" else self.horizon)
+        return BenchRecord(
+            backbone=self.label, preset=run.preset, mode=self.mode, batch_size=self.batch, seq_len=self.seq_len,
+            horizon=self.horizon if self.mode == "imagine" else 0, params=sum(x.numel() for x in wm.parameters()),
+            throughput=frames / median, seconds_per_iter=median,
+            peak_rss_mb=round(max(r.peak for r in samplers), 1),
+            rss_increase_mb=round(max(r.peak - r.start for r in samplers), 1),
+            peak_cuda_mb=0.0, iters=iters, device=str(dev), threads=torch.get_num_threads(), segment=self.segment,
+            precision=run.train.precision, compiled=run.train.compile, compile_failed=compile_failures(wm),
+            actions=self.actions if self.mode == "imagine" else "", rounds=len(seconds), round_seconds=list(seconds),
+            observations=f"{self.info.name}: {self.info.describe_obs()}",
+        )
 
 
 def _release_memory() -> None:
@@ -569,20 +740,26 @@ def variant_name(record: BenchRecord) -> str:
 
 
 def format_table(records: list[BenchRecord]) -> str:
-    """A plain table with each backbone's throughput relative to the first one (``ratio``) and to
-    its own first variant (``vs fp32``); then, where components were timed, milliseconds per
-    iteration of each part (each component: forward with and without gradient, backward, step)."""
+    """A plain table with each configuration's throughput relative to the first one (``ratio``:
+    median [min, max] over the alternated rounds) and to its backbone's first variant (``vs
+    fp32``), its achieved GFLOP/s and fraction of the matmul peak; then, where components were
+    timed, milliseconds per iteration of each part (each component: forward with and without
+    gradient, backward, step)."""
     if not records:
         return ""
-    base = records[0].throughput
     head = (f"{'backbone':<22}{'variant':<14}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}"
-            f"{'ratio':>8}{'vs fp32':>9}{'peak RSS MB':>13}{'segment':>9}")
-    rows = [head]
+            f"{'ratio [min, max]':>21}{'vs fp32':>9}{'GFLOP/s':>10}{'% peak':>8}{'peak RSS MB':>13}{'segment':>9}")
+    r0 = records[0]
+    rows = [f"{r0.rounds} round(s) alternated (order reversed every other round), {r0.iters} timed "
+            f"iteration(s) each per round, {r0.threads} thread(s); frames/s at the median; ratios: "
+            "median [min, max] of the rounds; % peak: of a large matmul in the same precision", head]
     for r in records:
+        spread = f"{r.ratio:.2f} [{r.ratio_min:.2f}, {r.ratio_max:.2f}]"
         rows.append(
             f"{r.backbone:<22}{variant_name(r):<14}{r.mode:<9}{r.batch_size:>4}{r.seq_len:>6}{r.horizon:>4}"
-            f"{r.params:>12,}{r.throughput:>12.1f}{r.throughput / base:>8.2f}{r.vs_first:>9.2f}"
-            f"{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
+            f"{r.params:>12,}{r.throughput:>12.1f}{spread:>21}{r.vs_first:>9.2f}"
+            + (f"{r.flops_per_s / 1e9:>10.2f}{100 * r.fraction_of_peak:>8.1f}" if r.flops else f"{'-':>10}{'-':>8}")
+            + f"{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
         )
     failed = [f"{r.backbone} {variant_name(r)}: {name} ran eagerly ({why})"
               for r in records for name, why in r.compile_failed.items()]
