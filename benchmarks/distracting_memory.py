@@ -3,6 +3,11 @@ reward prediction accuracy, inference vs imagination, of RSSM-TBTT, TSSM-XL and 
 the same data with the same budget: frames, updates and learning-rate warm-up.
 
     python benchmarks/distracting_memory.py --workdir runs/dm100 --episodes 2400 --frames 2000000
+    python benchmarks/distracting_memory.py --width 8 --episodes 10000 --frames 2500000 --set model.reward_scale=100
+
+``--width`` picks the hallway (a registered ``distracting-memory-W``) and scales each backbone's
+training segments with the episode (:func:`configure`); the study file
+``benchmarks/studies/distracting-memory-8.yaml`` runs the width-8 protocol through ``wmzoo study``.
 
 Steps, each through the CLI a user would run (so the report tests the library as shipped):
 
@@ -68,8 +73,10 @@ if TYPE_CHECKING:
 
     from wmzoo.eval.verdicts import Verdict
 
+WIDTH = 100  # the hallway's width: --width (configure); the module's constants below follow it
 ENV = "distracting-memory-100"
 EPISODE_ROWS = 250  # 199 context + 51 query observations
+NAME = "distracting_memory_100"  # the report's files: NAME.md, NAME.json, NAME_gate.json, ...
 FRAMES_PER_UPDATE = 500  # rows every update trains on, for every backbone
 WARMUP = 50  # learning-rate warm-up in updates, the same for every backbone
 GATE_FRAMES = 500_000  # the gate: each run must have learnt to see by here
@@ -91,6 +98,27 @@ PAPER = {  # s4wm table 2, width 100: (inference, imagination) accuracy in %
     "TSSM-XL": (100.0, 51.2),
     "S4WM": (100.0, 100.0),
 }
+
+
+def configure(width: int) -> None:
+    """Set the protocol for hallway ``width`` (``--width``): the env, its episode length, the
+    report's file names, and each backbone's training structure scaled with the episode as table
+    8 sets it at width 100 (250 rows: RSSM-TBTT segments of 50, a fifth; TSSM-XL segments of 125, a
+    half, with a 128-step cache, the next power of two; S4WM the whole episode): at width 20 (50
+    rows) segments of 10, 25 with a cache of 32, and 50; at width 8 (20 rows) 4, 10 with 16, and 20."""
+    global WIDTH, ENV, EPISODE_ROWS, NAME
+    from wmzoo.envs.memory_tasks_2d import DISTRACTING_MEMORY
+
+    if width not in DISTRACTING_MEMORY:
+        fail(f"--width {width}: Distracting Memory is registered at widths {sorted(DISTRACTING_MEMORY)}")
+    WIDTH, ENV, NAME = width, f"distracting-memory-{width}", f"distracting_memory_{width}"
+    EPISODE_ROWS = sum(DISTRACTING_MEMORY[width])
+    half = EPISODE_ROWS // 2
+    BACKBONES.update({
+        "rssm": ("RSSM-TBTT", EPISODE_ROWS // 5, []),
+        "tssm-xl": ("TSSM-XL", half, [f"model.cache_len={1 << (half - 1).bit_length()}"]),
+        "s4wm": ("S4WM", EPISODE_ROWS, []),
+    })
 
 
 def wmzoo(*args: str) -> None:
@@ -240,7 +268,7 @@ def cue_probe(checkpoint: Path, data: Path, rows: Sequence[int] = (), train_epis
     if todo:
         torch.manual_seed(0)  # observe_sequence samples the latents: the same features on every call
         wm = load_agent(checkpoint).world_model.eval()
-        env = make_env(ENV, size=manifest.args.size)
+        env = make_env(manifest.env_info.name, size=manifest.args.size)  # the dataset's own width
 
         def features(episodes: list[dict[str, np.ndarray]]) -> list[torch.Tensor]:
             """Per row count of ``todo``: the features after that many rows, ``[len(episodes), F]``."""
@@ -447,18 +475,20 @@ def reward_table(results: dict[str, dict], frames: int, paper: bool = True) -> l
                f"| {_pct(r.get('step_inference_accuracy'))} / {_pct(r.get('step_imagination_accuracy'))} "
                f"| {_pct(r.get('cue_seen_probe_accuracy'))} / {_pct(r.get('cue_probe_accuracy'))} "
                f"({_pct(r.get('majority_share'))}) |")
-        if paper:
+        if paper and WIDTH == 100:
             row += f" {PAPER[label][0]:.1f} % / {PAPER[label][1]:.1f} % |"
         lines.append(row)
     return lines
 
 
-def curves(workdir: Path, out: Path, name: str = "distracting_memory_100", title: str = "Distracting Memory 100") -> list[Path]:
+def curves(workdir: Path, out: Path, name: str | None = None, title: str | None = None) -> list[Path]:
     """Learning curves of every run in ``workdir`` (reconstruction loss, reward loss and the
-    posterior's rate by training frames), one plot each, ``out / f"{name}_{loss}_curve.png"``."""
+    posterior's rate by training frames), one plot each, ``out / f"{name}_{loss}_curve.png"``
+    (``name`` default :data:`NAME`)."""
     from wmzoo.eval.plots import curves_plot
     from wmzoo.study.report import scalars
 
+    name, title = name or NAME, title or f"Distracting Memory {WIDTH}"
     plots = []
     logged = {BACKBONES[b][0]: scalars(workdir / b / "tb") for b in BACKBONES}
     for tag, what in (("recon", "reconstruction loss"), ("reward", "reward loss"), ("kl", "KL(q ‖ p), nats")):
@@ -475,9 +505,10 @@ def curves(workdir: Path, out: Path, name: str = "distracting_memory_100", title
     return plots
 
 
-def keep_specs(workdir: Path, out: Path, name: str = "distracting_memory_100") -> list[Path]:
+def keep_specs(workdir: Path, out: Path, name: str | None = None) -> list[Path]:
     """Copy each run's ``run.yaml`` beside the report (``out / f"{name}_{backbone}.run.yaml"``): the
-    resolved spec every figure came from."""
+    resolved spec every figure came from (``name`` default :data:`NAME`)."""
+    name = name or NAME
     kept = []
     for backbone in BACKBONES:
         spec = workdir / backbone / "run.yaml"
@@ -488,13 +519,13 @@ def keep_specs(workdir: Path, out: Path, name: str = "distracting_memory_100") -
 
 
 def stopped(gates: dict[str, dict], control: dict[str, dict], gate_frames: int, out: Path) -> None:
-    """The report of a run stopped at the gate (``distracting_memory_100.md``): its table and the control's."""
+    """The report of a run stopped at the gate (``NAME.md``): its table and the control's."""
     lines = [f"Stopped at the gate, {gate_frames:,} training frames (test split; imagination protocol on "
              f"{GATE_EPISODES} episodes): a run failed it, so the budget was not spent.", "", *gate_table(gates)]
     if control:
         lines += ["", "The memoryless control (the ending's reward relabelled to the last move: 1 when it is up), "
                   f"{gate_frames:,} training frames:", "", *reward_table(control, gate_frames, paper=False)]
-    (out / "distracting_memory_100.md").write_text("\n".join(lines) + "\n")
+    (out / f"{NAME}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -513,7 +544,7 @@ def baselines(data: Path, control: bool) -> dict:
 
 def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, dict] | None = None,
            control: dict[str, dict] | None = None, gate_frames: int = GATE_FRAMES, base: dict | None = None) -> None:
-    """``distracting_memory_100.md`` (the tables, and with ``base``, :func:`baselines`, the
+    """``NAME.md`` (the tables, and with ``base``, :func:`baselines`, the
     baselines and verdicts) and its figures."""
     labels = {b: BACKBONES[b][0] for b in BACKBONES}
     lines = reward_table(results, frames)
@@ -534,7 +565,7 @@ def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, di
                   f"{gate_frames:,} training frames:", "", *reward_table(control, gate_frames, paper=False)]
         if base and "control" in base:
             lines += ["", *verdict_table(control, base["control"], base["control"]["episodes"], labels)]
-    (out / "distracting_memory_100.md").write_text("\n".join(lines) + "\n")
+    (out / f"{NAME}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
     from wmzoo.eval.plots import interval_plot
@@ -546,21 +577,23 @@ def report(results: dict[str, dict], frames: int, out: Path, gates: dict[str, di
         for k, name in enumerate(("inference", "imagination")):
             rate, low, high = wilson_interval(r[f"{name}_accuracy"] * r["episodes"], r["episodes"])
             rows.append((f"{label} {name}", 100 * rate, 100 * low, 100 * high))
-            rows.append((f"{label} {name}, paper", PAPER[label][k], PAPER[label][k], PAPER[label][k]))
-    interval_plot(out / "distracting_memory_100.png", rows, "reward prediction accuracy (%), 95 % Wilson interval")
+            if WIDTH == 100:
+                rows.append((f"{label} {name}, paper", PAPER[label][k], PAPER[label][k], PAPER[label][k]))
+    interval_plot(out / f"{NAME}.png", rows, "reward prediction accuracy (%), 95 % Wilson interval")
     cue_curves = {BACKBONES[b][0]: r["cue_probe_curve"] for b, r in results.items() if r.get("cue_probe_curve")}
     if cue_curves:
         from wmzoo.eval.plots import curves_plot
 
         series = {label: (np.asarray([r for r, _ in c]), 100 * np.asarray([a for _, a in c]), None, None)
                   for label, c in cue_curves.items()}
-        curves_plot(out / "distracting_memory_100_cue_probe.png", series, "context rows observed",
-                    "cue probe accuracy (%)", "Distracting Memory 100: the cue's colour read from the state")
+        curves_plot(out / f"{NAME}_cue_probe.png", series, "context rows observed",
+                    "cue probe accuracy (%)", f"Distracting Memory {WIDTH}: the cue's colour read from the state")
 
 
 def split(episodes: int) -> str:
-    """``--split`` of the generated dataset: 200 validation and 200 test episodes."""
-    share = 200 / episodes
+    """``--split`` of the generated dataset: 200 validation and 200 test episodes, or the paper's
+    tenths (8K / 1K / 1K of 10,000, appendix A) from 10,000 episodes on."""
+    share = 0.1 if episodes >= 10_000 else 200 / episodes
     return f"{1 - 2 * share:.4f},{share:.4f},{share:.4f}"
 
 
@@ -573,15 +606,15 @@ def regenerate_test_split(env: str, data: Path, episodes: int) -> None:
 
 
 def rebuild(out: Path, data: Path, episodes: int) -> None:
-    """Rewrite ``distracting_memory_100.md`` from the kept ``*.json`` of ``out`` with the baselines
+    """Rewrite ``NAME.md`` from the kept ``*.json`` of ``out`` with the baselines
     of the regenerated test split and the verdicts; the frames are read from the runs' ``run.yaml``."""
     regenerate_test_split(ENV, data, episodes)
-    results = json.loads((out / "distracting_memory_100.json").read_text())
-    gates = json.loads((out / "distracting_memory_100_gate.json").read_text())
-    control_file = out / "distracting_memory_100_control.json"
+    results = json.loads((out / f"{NAME}.json").read_text())
+    gates = json.loads((out / f"{NAME}_gate.json").read_text())
+    control_file = out / f"{NAME}_control.json"
     control = json.loads(control_file.read_text()) if control_file.is_file() else {}
     gate_frames = FRAMES_PER_UPDATE * next(iter(gates.values()))["updates"]
-    report(results, kept_frames(out, "distracting_memory_100"), out, gates, control, gate_frames, baselines(data, bool(control)))
+    report(results, kept_frames(out, NAME), out, gates, control, gate_frames, baselines(data, bool(control)))
 
 
 def kept_frames(out: Path, name: str) -> int:
@@ -596,7 +629,12 @@ def kept_frames(out: Path, name: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", type=Path, default=Path("runs/dm100"))
+    parser.add_argument("--width", type=int, default=100, help="hallway width: a registered distracting-memory-W "
+                        "(100, 200, 400 in the paper; 8 and 20 shorter); the training segments scale with it (configure)")
+    parser.add_argument("--workdir", type=Path, default=None, help="data and runs (default: runs/dm<width>)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a --set of every backbone's run, after the protocol's own (e.g. model.reward_scale=100, "
+                        "a declared deviation)")
     parser.add_argument("--episodes", type=int, default=2400, help="episodes generated (2,000 / 200 / 200)")
     parser.add_argument("--frames", type=int, default=2_000_000, help="training frames per backbone")
     parser.add_argument("--gate-frames", type=int, default=GATE_FRAMES, help="training frames at the gate (0: no gate)")
@@ -607,6 +645,9 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true", help="rewrite the report from the kept JSON files in --out "
                         "with baselines and verdicts (the test split regenerated into --workdir; nothing trained)")
     args = parser.parse_args()
+    configure(args.width)
+    COMMON.extend(args.set)
+    args.workdir = args.workdir or Path(f"runs/dm{args.width}")
     for backbone in BACKBONES:  # refuse a budget inside the warm-up before any work
         budget(backbone, args.frames, args.warmup)
         if args.gate_frames:
@@ -626,7 +667,7 @@ def main() -> None:
         for backbone in BACKBONES:
             checkpoint = train(args.workdir, data, backbone, args.gate_frames, args.warmup)
             gates[backbone] = gate(checkpoint, data, budget(backbone, args.gate_frames)[0])
-        (args.out / "distracting_memory_100_gate.json").write_text(json.dumps(gates, indent=1) + "\n")
+        (args.out / f"{NAME}_gate.json").write_text(json.dumps(gates, indent=1) + "\n")
         print("\n".join(gate_table(gates)))
     control: dict[str, dict] = {}
     if args.control:
@@ -635,7 +676,7 @@ def main() -> None:
             checkpoint = train(args.workdir, control_data, backbone, args.gate_frames or args.frames, args.warmup,
                                name=f"control-{backbone}")
             control[backbone] = evaluate(checkpoint, control_data)
-        (args.out / "distracting_memory_100_control.json").write_text(json.dumps(control, indent=1) + "\n")
+        (args.out / f"{NAME}_control.json").write_text(json.dumps(control, indent=1) + "\n")
     failed = [BACKBONES[b][0] for b, g in gates.items() if not (g["sees"] and g["uses_latent"])]
     if failed and not args.past_gate:
         stopped(gates, control, args.gate_frames, args.out)
@@ -651,7 +692,7 @@ def main() -> None:
         results[backbone] = {**evaluate(checkpoint, data), **probes[-1],
                              "cue_seen_probe_accuracy": probes[0]["cue_probe_accuracy"],
                              "cue_probe_curve": [(r, p["cue_probe_accuracy"]) for r, p in zip(rows, probes, strict=True)]}
-    (args.out / "distracting_memory_100.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")
     report(results, args.frames, args.out, gates, control, args.gate_frames, baselines(data, bool(control)))
     curves(args.workdir, args.out)
     keep_specs(args.workdir, args.out)

@@ -180,3 +180,34 @@ def test_the_verdicts_compare_each_readout_with_its_baseline_over_episodes(bench
     assert not bench.readout_verdicts(seventy, base, 200)["inference_accuracy"].holds
     lines = bench.verdict_table({"rssm": at_base}, base, 200, {"rssm": "RSSM-TBTT"})
     assert "66.7 %" in lines[2] and "68.8 % [62.1, 74.8]: not above baseline" in lines[3]
+
+
+@pytest.mark.parametrize(("width", "segments", "cache"), [(20, {"rssm": 10, "tssm-xl": 25, "s4wm": 50}, "32"),
+                                                          (8, {"rssm": 4, "tssm-xl": 10, "s4wm": 20}, "16")])
+def test_width_scales_the_training_structure_with_the_episode(bench, monkeypatch, tmp_path, width, segments, cache):
+    """Catches: --width changing the env but not the segments (width 100's 50/125/250 rows on
+    20-row episodes), a cache that does not hold a whole segment, unequal rows per update, and the
+    report written under width 100's file names."""
+    try:
+        bench.configure(width)
+        assert (bench.ENV, bench.NAME) == (f"distracting-memory-{width}", f"distracting_memory_{width}")
+        runs = run_args(bench, monkeypatch, tmp_path, 120_000)
+        assert {b: int(r["model.seq_len"]) for b, r in runs.items()} == segments
+        assert {int(r["model.batch_size"]) * int(r["model.seq_len"]) for r in runs.values()} == {500}
+        assert runs["tssm-xl"]["model.cache_len"] == cache
+    finally:
+        bench.configure(100)
+    assert {b: v[1] for b, v in bench.BACKBONES.items()} == {"rssm": 50, "tssm-xl": 125, "s4wm": 250}
+    assert bench.BACKBONES["tssm-xl"][2] == ["model.cache_len=128"]
+
+
+def test_an_unregistered_width_is_one_line(bench, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.configure(50)
+    assert exit_info.value.code == 2 and "--width 50" in capsys.readouterr().err
+
+
+def test_the_paper_split_from_ten_thousand_episodes(bench):
+    """Catches: the 10,000-episode dataset split 9,600 / 200 / 200 instead of the paper's 8K / 1K / 1K."""
+    assert bench.split(10_000) == "0.8000,0.1000,0.1000"
+    assert bench.split(2400) == "0.8333,0.0833,0.0833"  # the width-100 run's, unchanged
