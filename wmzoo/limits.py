@@ -10,5 +10,5 @@ logits divided by less overflow float32 (and sample as the greedy action would a
 temperature out for greedy actions."""
 
 IMAGINE_FRAMES = 10_000
-"""The most frames ``wmzoo imagine`` plays and draws (``--context + --horizon``), as a run's
-``train.gif_horizon`` and the policy's imagination horizon are bounded."""
+"""The most frames ``wmzoo imagine`` plays and draws (``--context + --horizon``); also the bound
+of a run's ``train.gif_horizon`` and of a study's ``eval.context``."""

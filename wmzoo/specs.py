@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from pydantic.fields import FieldInfo
 
 from wmzoo.errors import UnknownNameError, WmzooError
+from wmzoo.limits import IMAGINE_FRAMES
 
 class Spec(BaseModel):
     """Base of every spec: immutable, no unknown fields, described fields."""
@@ -135,7 +136,7 @@ class TrainSpec(Spec):
     )
     log_every: int = Field(1000, ge=1, description="env steps between scalar logs")
     checkpoint_every: int = Field(10_000, ge=1, description="env steps (online) or updates (--offline) between checkpoints")
-    gif_horizon: int = Field(32, ge=2, le=10_000, description="imagined frames in the run's GIF")
+    gif_horizon: int = Field(32, ge=2, le=IMAGINE_FRAMES, description="imagined frames in the run's GIF")
     loggers: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = Field(
         ("tensorboard",), description="experiment trackers that receive the scalars, images and GIF: "
         'tensorboard (<logdir>/tb), wandb, mlflow (these two: pip install "wmzoo[trackers]")',

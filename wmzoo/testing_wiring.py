@@ -104,15 +104,16 @@ def teacher_forced_imagination(wm: WorldModel, batch: Batch, forcing: Forcing) -
             return imagine(wm, replay_actions(batch.action[:, :-1].transpose(0, 1)), start, T - 1)
 
 
-def _loss(wm: WorldModel, batch: Batch) -> float:
-    """The total loss, the same draws each call (a loss may sample tokenizer frames or latents)."""
+def _losses(wm: WorldModel, batch: Batch) -> dict[str, float]:
+    """Each component's loss, the same draws each call (a loss may sample tokenizer frames or latents)."""
     torch.manual_seed(0)
     with torch.no_grad():
-        return float(sum(wm.loss(batch).losses.values()))
+        return {k: float(v) for k, v in wm.loss(batch).losses.items()}
 
 
-def _with(batch: Batch, **fields: Tensor) -> Batch:
-    return replace(batch, **fields)
+def _loss(wm: WorldModel, batch: Batch) -> float:
+    """The total of :func:`_losses`."""
+    return sum(_losses(wm, batch).values())
 
 
 def check_imagined_rewards_and_ends(
@@ -142,7 +143,7 @@ def check_imagined_rewards_and_ends(
     reward, end = traj.rewards[:steps].T.float(), traj.conts[:steps].T < 0.5  # [B, steps]
     assert not bool(((traj.conts[:steps] > 0.1) & (traj.conts[:steps] < 0.9)).any()), \
         "imagined continue probabilities are not near 0 or 1: sharpen the heads first"
-    base = _with(batch, reward=torch.cat([reward, batch.reward[:, steps:]], 1),
+    base = replace(batch, reward=torch.cat([reward, batch.reward[:, steps:]], 1),
                  terminal=torch.cat([end, batch.terminal[:, steps:]], 1))
     loss = _loss(wm, base)
     tol = 1e-5 * max(1.0, abs(loss))
@@ -151,7 +152,7 @@ def check_imagined_rewards_and_ends(
         for t in range(steps):
             flipped = base.terminal.clone()
             flipped[b, t] = ~flipped[b, t]
-            delta = _loss(wm, _with(base, terminal=flipped)) - loss
+            delta = _loss(wm, replace(base, terminal=flipped)) - loss
             if abs(delta) <= tol:
                 continue  # no loss term reads this transition's end (masked)
             scored += 1
@@ -166,7 +167,7 @@ def check_imagined_rewards_and_ends(
                     continue  # about as good a target (two-hot bins are 0.16 apart in symlog)
                 target = base.reward.clone()
                 target[b, t] = other
-                worse = _loss(wm, _with(base, reward=target)) - loss
+                worse = _loss(wm, replace(base, reward=target)) - loss
                 assert worse >= -tol, (
                     f"row {b}, transition {t}: the loss scores reward {float(other):.4g} better than "
                     f"imagination's {float(reward[b, t]):.4g} (by {-worse:.4g}): the imagined reward "
@@ -183,14 +184,12 @@ def check_imagined_rewards_and_ends(
     return traj
 
 
-def check_episode_masks(wm: WorldModel, batch: Batch, action: bool = True) -> None:
+def check_episode_masks(wm: WorldModel, batch: Batch) -> None:
     """No loss term reads a transition into a new episode. For every row ``t − 1`` followed by an
     episode start (``is_first[b, t]``, ``t ≥ 1``): its action, reward and terminal flag are
     changed (they belong to the transition ``t − 1 → t``, which no model should learn: the next
     observation starts another episode) and no component's loss may change. The same change
-    inside an episode must change the loss (else the check compares nothing). ``action=False``
-    leaves the action alone, for a model whose first step of an episode reads the action of the
-    row before, which the stored data holds as zero (an episode's last row has a zero action).
+    inside an episode must change the loss (else the check compares nothing).
 
     Use sharp heads (:func:`sharpen`): an untrained two-hot reward head's logits are all equal,
     so its loss does not depend on the target at all. Catches a mask removed from any loss term
@@ -202,32 +201,27 @@ def check_episode_masks(wm: WorldModel, batch: Batch, action: bool = True) -> No
     boundaries = [(b, t) for b in range(B) for t in range(1, T) if batch.is_first[b, t]]
     assert boundaries, "the batch needs an episode start inside a row (is_first[b, t] for some t >= 1)"
 
-    def losses(data: Batch) -> dict[str, float]:
-        torch.manual_seed(0)
-        with torch.no_grad():
-            return {k: float(v) for k, v in wm.loss(data).losses.items()}
-
     def changed(b: int, t: int) -> Batch:
         actions = batch.action.clone()
-        if action and wm.env.discrete:
+        if wm.env.discrete:
             actions[b, t] = (actions[b, t] + 1) % wm.env.num_actions
-        elif action:
+        else:
             actions[b, t] = -actions[b, t] + 0.5
         reward, terminal = batch.reward.clone(), batch.terminal.clone()
         reward[b, t] = reward[b, t] + 3.0
         terminal[b, t] = ~terminal[b, t]
-        return _with(batch, action=actions, reward=reward, terminal=terminal)
+        return replace(batch, action=actions, reward=reward, terminal=terminal)
 
-    base = losses(batch)
+    base = _losses(wm, batch)
     for b, t in boundaries:
-        after = losses(changed(b, t - 1))
+        after = _losses(wm, changed(b, t - 1))
         for name, value in base.items():
             assert math.isclose(after[name], value, rel_tol=1e-6, abs_tol=1e-6), (
                 f"loss {name!r} changed ({value:.6g} -> {after[name]:.6g}) with the action, reward or "
                 f"terminal of row {b}, step {t - 1}, whose next observation starts a new episode: a "
                 "loss term reads the transition across the episode start (a mask is missing)")
     inside = [(b, t) for b in range(B) for t in range(T - 2) if not batch.is_first[b, t + 1]]
-    assert any(losses(changed(b, t)) != base for b, t in inside), \
+    assert any(_losses(wm, changed(b, t)) != base for b, t in inside), \
         "no change of an action, reward or terminal inside an episode changes the loss: the check sees nothing"
 
 

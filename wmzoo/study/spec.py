@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from wmzoo.errors import WmzooError
-from wmzoo.limits import TEMPERATURES
+from wmzoo.limits import IMAGINE_FRAMES, TEMPERATURES
 from wmzoo.specs import Spec, describe_error, load_config
 
 
@@ -107,7 +107,7 @@ class EvalSpec(Spec):
     )
     max_steps: int = Field(1000, ge=1, le=1_000_000, description="online: cap on steps per evaluation episode")
     seed: int = Field(10_000, ge=0, description="online: evaluation episode i is reset with seed + i")
-    context: int = Field(8, ge=1, le=10_000, description="offline: observed frames before imagining, where the env has no phases")
+    context: int = Field(8, ge=1, le=IMAGINE_FRAMES, description="offline: observed frames before imagining, where the env has no phases")
     test_episodes: int | None = Field(None, ge=1, description="offline: test episodes scored (null: all)")
 
 
