@@ -158,7 +158,7 @@ class ObsDecoder(Decoder):
         error ``Σ_d (pred_d − symlog(x_d))²`` (DreamerV3 §2, eq. 9, without its ½ as the image loss)."""
         entries = obs_entries(obs)
         out = {}
-        for key, pred in self.predict(features).items():
+        for key, pred in obs_entries(self(features)).items():  # forward: its hooks see the call
             if key in self.images:
                 out[key] = recon_loss(pred, entries[key])
             else:
@@ -169,7 +169,7 @@ class ObsDecoder(Decoder):
         """The predicted observation: images uint8, vectors float32 (``symexp`` of the output);
         one tensor when the one entry decoded is a pixel env's ``image``."""
         out = {}
-        for key, pred in self.predict(features).items():
+        for key, pred in obs_entries(self(features)).items():  # forward: its hooks see the call
             if key in self.images:
                 out[key] = (pred.clamp(0, 1) * 255).round().to(torch.uint8)
             else:
