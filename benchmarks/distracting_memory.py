@@ -268,6 +268,7 @@ def cue_probe(checkpoint: Path, data: Path, rows: Sequence[int] = (), train_epis
     if todo:
         torch.manual_seed(0)  # observe_sequence samples the latents: the same features on every call
         wm = load_agent(checkpoint).world_model.eval()
+        device = next(wm.parameters()).device
         env = make_env(manifest.env_info.name, size=manifest.args.size)  # the dataset's own width
 
         def features(episodes: list[dict[str, np.ndarray]]) -> list[torch.Tensor]:
@@ -276,8 +277,9 @@ def cue_probe(checkpoint: Path, data: Path, rows: Sequence[int] = (), train_epis
             for r in todo:
                 fields = {k: torch.as_tensor(np.stack([e[k][:r] for e in episodes]))
                           for k in ("obs", "action", "reward", "terminal", "is_first")}
-                with torch.no_grad():
-                    out.append(wm.features(wm.observe_sequence(Batch(**fields)).state).flatten(1).float())
+                with torch.no_grad():  # on the model's own device (a run trained on cuda stays there)
+                    state = wm.observe_sequence(Batch(**fields).to(device)).state
+                    out.append(wm.features(state).flatten(1).float().cpu())
             return out
 
         def labelled(split: str, limit: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:

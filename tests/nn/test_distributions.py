@@ -92,3 +92,19 @@ def test_one_hot_st_kl_and_entropy_match_torch() -> None:
         OneHotCategoricalST(p).kl(OneHotCategoricalST(q)), torch.distributions.kl_divergence(ref_p, ref_q)
     )
     torch.testing.assert_close(OneHotCategoricalST(p).entropy(), ref_p.entropy())
+
+
+def test_two_hot_keeps_float32_bins_and_loss_under_bf16_logits():
+    # Catches: bins built in the logits' dtype. In bfloat16, 255 bins over [-20, 20] (0.157 apart)
+    # collapse near ±20 (bf16 steps of 0.125 there), and on CUDA autocast computes symlog in float32
+    # while the bins were bf16: `scatter(): Expected self.dtype to be equal to src.dtype`, found by
+    # benchmarks/gpu_check.sh on an H200 (RSSM's reward head under --precision bf16).
+    torch.manual_seed(0)
+    logits = torch.randn(6, 255)
+    target = torch.tensor([0.0, 0.3, -5.0, 100.0, 1e6, -1e6])
+    half = TwoHot(logits.bfloat16())
+    assert half.bins.dtype == torch.float32 and half.bins.unique().numel() == 255
+    assert half.encode(target).dtype == torch.float32
+    assert half.encode(target.bfloat16()).dtype == torch.float32  # a bf16 target too (CUDA's case, reversed)
+    torch.testing.assert_close(half.encode(target), TwoHot(logits).encode(target))
+    torch.testing.assert_close(half.log_prob(target), TwoHot(logits).log_prob(target), atol=0.02, rtol=0.01)

@@ -239,3 +239,20 @@ def test_sigterm_saves_each_running_cell_and_the_rerun_counts_both_attempts(tmp_
     (again,) = run_study(study_from_dict(study), study, out, threads=1, show_progress=False, log=lambda _: None)
     assert again["state"] == "done" and again["attempts"] == 2, again
     assert again["seconds"] > first["seconds"] and " --resume " in again["commands"][0]
+
+
+def test_cells_run_seed_by_seed(tmp_path: Path, monkeypatch):
+    # Catches: cells run backbone by backbone, so that a study stopped part-way (a lease that ends,
+    # a SIGTERM) has every seed of its first backbones and nothing of its last ones.
+    spec = {**ONE, "backbones": ["rssm", "s4wm", "rem"], "seeds": [3, 1]}
+    study = study_from_dict(spec)
+    monkeypatch.setattr(study_run, "prepare", lambda study, raw, out, log=print: plan_cells(study, log))
+    ran: list[tuple[str, int]] = []
+
+    def fake_run_cell(cell, study, out, threads=1, processes=None):
+        ran.append((cell["backbone"], cell["seed"]))
+        return {"cell": cell, "state": "done"}
+
+    monkeypatch.setattr(study_run, "run_cell", fake_run_cell)
+    run_study(study, spec, tmp_path / "out", jobs=1, show_progress=False, log=lambda _: None)
+    assert ran == [("rssm", 3), ("s4wm", 3), ("rem", 3), ("rssm", 1), ("s4wm", 1), ("rem", 1)]

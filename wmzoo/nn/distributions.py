@@ -103,8 +103,11 @@ class TwoHot:
     """
 
     def __init__(self, logits: Tensor, low: float = -20.0, high: float = 20.0) -> None:
-        self.logits = logits
-        self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=logits.dtype)
+        # float32 whatever the autocast: 255 bins over [-20, 20] are 0.157 apart, finer than
+        # bfloat16 resolves near ±20 (its 8-bit mantissa: steps of 0.125 there), and CUDA's autocast
+        # runs symlog's log1p in float32, so bf16 bins met float32 weights in the scatter below
+        self.logits = logits.float()
+        self.bins = torch.linspace(low, high, logits.shape[-1], device=logits.device, dtype=torch.float32)
 
     def mean(self) -> Tensor:
         return symexp((self.logits.softmax(-1) * self.bins).sum(-1))
@@ -114,7 +117,7 @@ class TwoHot:
 
     def encode(self, target: Tensor) -> Tensor:
         """Two-hot weights of ``symlog(target)`` on the bins, ``[..., bins]``."""
-        x = symlog(target.to(self.bins.dtype)).clamp(self.bins[0], self.bins[-1])
+        x = symlog(target.float()).clamp(self.bins[0], self.bins[-1])
         above = torch.bucketize(x, self.bins).clamp(1, len(self.bins) - 1)
         below = above - 1
         lo, hi = self.bins[below], self.bins[above]

@@ -477,7 +477,8 @@ def run_study(
     out = check_output_folder(out, STUDY_FILE, "--out")
     with study_lock(out):
         cells = prepare(study, raw, out, log)
-        todo = [c for c in cells if not cell_done(c, study, out)]
+        # seed by seed: a study stopped part-way has every backbone at its first seeds
+        todo = sorted((c for c in cells if not cell_done(c, study, out)), key=lambda c: study.seeds.index(c.seed))
         if len(todo) < len(cells):
             log(f"{len(cells) - len(todo)} of {len(cells)} cells already done: skipped")
         if threads is None:
