@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "GFLOP/s (torch.utils.flop_counter: matmuls, convolutions, attention) and %% peak, its "
                    "fraction of a large matmul's FLOP/s timed in the same rounds, threads and precision")
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
-    p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions); "
-                   "the env to time (env)")
+    p.add_argument("--env", help="take obs/action shapes from this env (default: 3x64x64, 6 actions), or "
+                   "from each of a comma list, every backbone timed on each side by side (train, imagine: "
+                   "gym-cartpole,minatar-breakout); the env to time (env)")
     p.add_argument("--envs", type=int, default=2, help="env: environments stepped together")
     p.add_argument("--steps", type=int, default=500, help="env: timed steps of every environment")
     p.add_argument("--device", default="cpu", help=DEVICE_HELP.replace("where it trained", "cpu"))
@@ -647,6 +648,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.mode == "env":
         if not args.env:
             raise WmzooError("--mode env needs --env NAME (the environment to time)")
+        if "," in args.env:
+            raise WmzooError(f"--env {args.env}: --mode env times one env (a comma list is for train and imagine)")
         check_option(args.envs, TrainSpec, "envs", "--envs")
         env_records = run_env_bench(args.env, args.envs, args.steps, warmup=args.warmup)
         print(format_env_table(env_records))

@@ -131,3 +131,35 @@ def test_imagine_acts_with_the_backbones_policy_only_when_asked(tmp_path, monkey
 def test_train_records_no_actions(tmp_path):
     (record,) = _bench(tmp_path, "--backbones", "rssm:tiny", "--mode", "train", "--no-components")
     assert record["actions"] == ""
+
+
+def test_a_comma_list_of_envs_times_every_backbone_on_each_side_by_side(tmp_path, monkeypatch, capsys):
+    # Catches: a second env ignored (every unit built with the first env's shapes), the ratio taken
+    # against another env's backbone, or the envs timed one after the other instead of alternated.
+    built = []
+    unit = harness._Unit
+
+    def recording(label, run, mode, batch, seq_len, horizon, info, *rest):
+        built.append(info.name)
+        return unit(label, run, mode, batch, seq_len, horizon, info, *rest)
+
+    monkeypatch.setattr(harness, "_Unit", recording)
+    order = []
+    alternate = harness.alternate
+    monkeypatch.setattr(harness, "alternate", lambda units, *a, **k: (order.append(len(units)), alternate(units, *a, **k))[1])
+    records = _bench(tmp_path, "--backbones", "rssm,s4wm", "--mode", "train", "--env", "gym-cartpole,minatar-breakout",
+                     "--no-components", "--set", "cnn_stages=1")  # MinAtar is 10x10
+    assert built == ["gym-cartpole", "gym-cartpole", "minatar-breakout", "minatar-breakout"]
+    assert [(r["backbone"], r["observations"].split(":")[0]) for r in records] == [
+        ("rssm", "gym-cartpole"), ("s4wm", "gym-cartpole"), ("rssm", "minatar-breakout"), ("s4wm", "minatar-breakout")]
+    assert order == [4 + 1]  # the four configurations and the matmul peak, in one alternation
+    assert records[2]["params"] != records[0]["params"]  # a CNN encoder on MinAtar, an MLP on CartPole
+    assert records[0]["ratio"] == 1.0 and records[2]["vs_first"] == 1.0  # each env's first variant its own
+    assert "  minatar-breakout: " in capsys.readouterr().out  # the table names each row's env
+
+
+@pytest.mark.parametrize("env", ["gym-cartpole,", "gym-cartpole,gym-cartpole"])
+def test_a_bad_env_list_is_one_line(capsys, env):
+    assert main(["bench", "--backbones", "rssm", "--mode", "train", "--env", env, *SMALL]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "each once" in err

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -239,8 +240,21 @@ def run_bench(
     specs = [(label, name, p, world_model_spec(name, p, model_sets)) for label, name, p in items]  # bad names first
     for _, name, p, _ in specs:
         bench_policy_spec(name, p, policy_sets)  # bad policy fields before anything is timed
-    return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, bench_env(env), device, decode,
+    infos = [bench_env(name) for name in bench_envs(env)]
+    return bench_specs(specs, mode, batch, seq_len, horizon, iters, warmup, infos, device, decode,
                        precisions, compile, policy_sets, components, list(overrides), actions, rounds)
+
+
+def bench_envs(env: str | None) -> list[str | None]:
+    """The envs of ``--env`` in train and imagine modes: one name, or a comma list to time every
+    backbone on each of them side by side in the same alternated rounds (a vector env beside a
+    pixel one: the CNN's cost as a ratio that a change of load between them cannot move)."""
+    if env is None:
+        return [None]
+    names = [name.strip() for name in env.split(",")]
+    if not all(names) or len(set(names)) < len(names):
+        raise WmzooError(f"--env {env}: give env names separated by commas, each once")
+    return list(names)
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -286,7 +300,7 @@ def bench_specs(
     horizon: int,
     iters: int,
     warmup: int,
-    info: EnvInfo,
+    info: EnvInfo | Sequence[EnvInfo],
     device: str = "cpu",
     decode: bool = False,
     precisions: Sequence[str] = ("fp32",),
@@ -300,12 +314,15 @@ def bench_specs(
     """:func:`run_bench` on resolved world-model specs ``(label, backbone, preset, spec)`` (a
     study's cells: their presets with the study's ``--set`` and width fields): every
     configuration built and warmed up, then timed in ``rounds`` alternated rounds (module
-    docstring)."""
-    for _, name, p, spec in items:  # sizes that cannot fit, before anything is allocated or timed
-        check_fits_in_memory(bench_run(name, p, spec, info, device, "fp32", False, policy_overrides), info,
-                             batch * (seq_len + (horizon if mode == "imagine" else 0)))
+    docstring). ``info``: the env whose shapes every configuration takes, or several: every
+    backbone on each, side by side (``--env A,B``)."""
+    infos = [info] if isinstance(info, EnvInfo) else list(info)
+    for info in infos:
+        for _, name, p, spec in items:  # sizes that cannot fit, before anything is allocated or timed
+            check_fits_in_memory(bench_run(name, p, spec, info, device, "fp32", False, policy_overrides), info,
+                                 batch * (seq_len + (horizon if mode == "imagine" else 0)))
     units: list[_Unit] = []
-    for label, name, p, spec in items:
+    for info, (label, name, p, spec) in itertools.product(infos, items):
         first = None
         for precision, compiled in variants(precisions, compile):
             run = bench_run(name, p, spec, info, device, precision, compiled, policy_overrides)
@@ -352,7 +369,7 @@ def bench_specs(
             unit.flops, seconds[i], peak.flops, peak_seconds[unit.run.train.precision])
         record.overrides = list(overrides or [])
         if components and mode == "train" and not unit.run.train.compile:  # a compiled loss: one fused graph
-            record.components = _component_times(unit.agent, unit.data, iters, info)
+            record.components = _component_times(unit.agent, unit.data, iters, unit.info)
         records.append(record)
     del units, timed
     _release_memory()
@@ -750,6 +767,9 @@ def format_table(records: list[BenchRecord]) -> str:
     head = (f"{'backbone':<22}{'variant':<14}{'mode':<9}{'B':>4}{'T':>6}{'H':>4}{'params':>12}{'frames/s':>12}"
             f"{'ratio [min, max]':>21}{'vs fp32':>9}{'GFLOP/s':>10}{'% peak':>8}{'peak RSS MB':>13}{'segment':>9}")
     r0 = records[0]
+    several_envs = len({r.observations.split(":")[0] for r in records}) > 1  # --env A,B: name each row's
+    if several_envs:
+        head += "  observations"
     rows = [f"{r0.rounds} round(s) alternated (order reversed every other round), {r0.iters} timed "
             f"iteration(s) each per round, {r0.threads} thread(s); frames/s at the median; ratios: "
             "median [min, max] of the rounds; % peak: of a large matmul in the same precision", head]
@@ -760,6 +780,7 @@ def format_table(records: list[BenchRecord]) -> str:
             f"{r.params:>12,}{r.throughput:>12.1f}{spread:>21}{r.vs_first:>9.2f}"
             + (f"{r.flops_per_s / 1e9:>10.2f}{100 * r.fraction_of_peak:>8.1f}" if r.flops else f"{'-':>10}{'-':>8}")
             + f"{r.peak_rss_mb:>13.0f}{r.segment or '':>9}"
+            + (f"  {r.observations}" if several_envs else "")
         )
     failed = [f"{r.backbone} {variant_name(r)}: {name} ran eagerly ({why})"
               for r in records for name, why in r.compile_failed.items()]
