@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from wmzoo.study.report import build_report, expectations, markdown, reward_prediction, reward_records
+from wmzoo.study.report import (build_report, expectations, markdown, models_ordered, reward_prediction,
+                                 reward_records)
 from wmzoo.study.run import CELL_FILE, PLAN_FILE, STUDY_FILE, cell_commands, cell_done, plan_cells
 from wmzoo.study.spec import REWARD_METRICS, StudySpec
 
@@ -169,6 +170,30 @@ def test_expected_pairs_are_supported_contradicted_or_not_separated(tmp_path: Pa
     text = markdown({**build_minimal(), **report, "expectations": list(found.values())})
     assert "| inference_accuracy | distracting-memory-8 | RSSM-TBTT better than S4WM | - | -0.396 | **contradicted** (" in text
     assert "| S4WM better than TSSM-XL | paper | +0.042 | **supported** ([" in text
+
+
+def test_expected_pairs_are_also_compared_model_by_model(tmp_path: Path):
+    # Catches: the per-seed comparison reading the wrong row's interval (a reversed pair printed as
+    # expected), intervals that overlap counted as ordered, a seed missing on one side counted.
+    expect = [{"metric": "inference_accuracy", "order": ["S4WM", "TSSM-XL", "RSSM-TBTT"]},
+              {"metric": "inference_accuracy", "order": ["RSSM-TBTT", "S4WM"]},
+              {"metric": "gen_mse", "order": ["S4WM", "RSSM-TBTT"]}]
+    out = _folder(tmp_path, _study(expect=expect))
+    report = {"score": "gen_mse", "paired": True, "reward": {ENV: _section(out)}}
+    found = {(e["metric"], e["better"], e["worse"]): e
+             for e in expectations(StudySpec.model_validate(_study(expect=expect)), report, {})}
+    above = found[("inference_accuracy", "S4WM", "RSSM-TBTT")]["models"]
+    assert (above["above"], above["below"], above["overlap"]) == (5, 0, 0)  # 0.93-0.96 vs 0.55 over 100 episodes
+    assert found[("inference_accuracy", "RSSM-TBTT", "S4WM")]["models"]["below"] == 5
+    close = found[("inference_accuracy", "S4WM", "TSSM-XL")]["models"]  # 0.95 vs 0.90: Wilson intervals overlap
+    assert close["overlap"] == 5 and close["above"] == 0
+    assert found[("gen_mse", "S4WM", "RSSM-TBTT")]["models"] is None  # no per-model interval there
+    rows = report["reward"][ENV]["rows"]
+    del rows["RSSM-TBTT"]["inference_accuracy"]["seeds"]["4"]
+    assert models_ordered(rows, "S4WM", "RSSM-TBTT", "inference_accuracy")["seeds"] == {
+        str(s): "above" for s in range(4)}
+    text = markdown({**build_minimal(), **report, "expectations": list(found.values())})
+    assert "| 5 of 5 as expected |" in text and "| 5 of 5 reversed |" in text and "| 5 of 5 overlapping |" in text
 
 
 def test_an_old_folder_without_reward_files_still_reports(tmp_path: Path):

@@ -533,15 +533,17 @@ def expectations(study: StudySpec, report: Mapping[str, Any], table: Mapping[str
         higher = METRICS[expectation.metric]
         for env in expectation.envs or study.envs:
             for better, worse in expectation.pairs():
+                models = None
                 if expectation.metric in REWARD_METRICS:
                     rows = report.get("reward", {}).get(env, {}).get("rows", {})
                     a, b = (readout_by_seed(rows, label, expectation.metric) for label in (better, worse))
+                    models = models_ordered(rows, better, worse, expectation.metric)
                 elif expectation.metric == report["score"]:
                     a, b = (dict(table.get(label, {}).get(env, {})) for label in (better, worse))
                 else:
                     a = b = {}
                 entry: dict[str, Any] = {"metric": expectation.metric, "env": env, "better": better, "worse": worse,
-                                         "source": expectation.source, "verdict": None}
+                                         "source": expectation.source, "verdict": None, "models": models}
                 if a and b and (not report["paired"] or set(a) & set(b)):
                     v = separated(a, b, report["paired"])
                     entry["verdict"] = v.as_dict()
@@ -551,6 +553,33 @@ def expectations(study: StudySpec, report: Mapping[str, Any], table: Mapping[str
                     entry["text"] = "not computed"
                 checked.append(entry)
     return checked
+
+
+def models_ordered(rows: Mapping[str, Mapping[str, Any]], better: str, worse: str, metric: str) -> dict[str, Any] | None:
+    """The expected pair compared model by model: for each seed both rows trained, whether the
+    ``better`` row's 95 % interval over the test episodes lies above (``above``), below
+    (``below``) or overlaps (``overlap``) the ``worse`` row's. This compares the trained models of
+    each seed; it says nothing of the spread over training seeds, which the seed-level verdict
+    tests (and cannot separate below 4 seeds a side). ``None`` where no seed has both."""
+    a = rows.get(better, {}).get(metric, {}).get("seeds", {})
+    b = rows.get(worse, {}).get(metric, {}).get("seeds", {})
+    seeds = sorted((s for s in set(a) & set(b) if a[s] is not None and b[s] is not None), key=int)
+    if not seeds:
+        return None
+    side = {s: "above" if a[s]["low"] > b[s]["high"] else "below" if a[s]["high"] < b[s]["low"] else "overlap"
+            for s in seeds}
+    counts = {k: sum(v == k for v in side.values()) for k in ("above", "below", "overlap")}
+    return {"seeds": side, **counts}
+
+
+def models_text(models: Mapping[str, Any] | None) -> str:
+    """A table cell of :func:`models_ordered`: how many seeds' models are ordered as expected."""
+    if not models:
+        return "-"
+    n = len(models["seeds"])
+    parts = [f"{models[k]} of {n} {label}" for k, label in
+             (("above", "as expected"), ("below", "reversed"), ("overlap", "overlapping")) if models[k]]
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- efficiency, video
@@ -871,15 +900,19 @@ def expectation_lines(report: Mapping[str, Any]) -> list[str]:
         return []
     lines = ["", "## Expected directions (the study's `expect`)", "",
              "Each pair is *supported* only when the two rows are separated on the expected side, *contradicted* "
-             "when separated on the other, else *not separated*; decided as the pairs above.", "",
-             "| metric | env | expected | source | difference of means (first - second) | verdict |",
-             "|---|---|---|---|---|---|"]
+             "when separated on the other, else *not separated*; decided as the pairs above, over training seeds. "
+             "For a reward readout, *models* compares the two rows seed by seed: the seeds where the first row's 95 % "
+             "interval over the test episodes lies entirely above the second's (as expected), entirely below "
+             "(reversed), or overlaps it; it is a statement about the trained models, not about training-seed "
+             "variance.", "",
+             "| metric | env | expected | source | difference of means (first - second) | verdict | models (per seed) |",
+             "|---|---|---|---|---|---|---|"]
     for e in report["expectations"]:
         v = e["verdict"]
         text = f"**{e['text']}**" if e["text"] in ("supported", "contradicted") else e["text"]
         difference, evidence = (f"{v['estimate']:+.3f}", f" ({_evidence(v)})") if v else ("-", "")
         lines.append(f"| {e['metric']} | {e['env']} | {e['better']} better than {e['worse']} | {e['source'] or '-'} "
-                     f"| {difference} | {text}{evidence} |")
+                     f"| {difference} | {text}{evidence} | {models_text(e.get('models'))} |")
     return lines
 
 
