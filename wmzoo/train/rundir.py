@@ -116,7 +116,7 @@ def announce(agent: Agent, logdir: Path, mode: str, done: int) -> None:
         budget = f"{T.steps:,} updates ({mode}, no env steps)"
     resumed = f", resumed at {done:,}" if done else ""
     print(f"wmzoo run: {run.backbone}:{run.preset} on {run.env} in {logdir} | {params:,} parameters | "
-          f"{T.device} {T.precision} | budget {budget}{resumed}", flush=True)
+          f"{agent.device} {T.precision} | budget {budget}{resumed}", flush=True)  # auto: the device it resolved to
     if mode == "online" and updates < 1:
         print(f"wmzoo: warning: --steps {T.steps} leaves no world-model update (train.prefill={T.prefill} "
               f"random steps first, then one update per {spec.batch_size * spec.seq_len / T.train_ratio:g} env "
