@@ -125,3 +125,12 @@ def test_bench_help_gives_every_size_its_meaning_and_default(capsys):
     for option, default in (("--batch BATCH", 16), ("--iters ITERS", 5), ("--warmup WARMUP", 1), ("--seq-len SEQ_LEN", 64)):
         after = text.split(f"{option} ", 2)[-1]
         assert f"(default: {default})" in after.split(" --")[0], (option, after[:120])
+
+
+def test_list_keeps_its_columns_aligned_past_long_names(capsys):
+    # Catches: a fixed 24-character name column, which pushed the status of
+    # `dmc-proprio-cartpole-balance-sparse` (35 characters) out of line with every other row.
+    assert main(["list", "--kind", "envs"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()[1:] if line.split()[1:2] == ["ok"]]
+    longest = max(len(line.split()[0]) for line in rows)
+    assert longest > 24 and {line.index(" ok ", 2) for line in rows} == {2 + longest}

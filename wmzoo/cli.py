@@ -355,13 +355,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         if not group:
             continue
         print(header)
+        width = max(24, *(len(r.name) for r in group))  # the group's longest name keeps its columns aligned
         for r in group:
             status = "ok" if r.available else f"unavailable: {r.reason}"
-            print(f"  {r.name:<24} {status:<14} {r.description if r.available else ''}".rstrip())
+            print(f"  {r.name:<{width}} {status:<14} {r.description if r.available else ''}".rstrip())
             if r.observations:
-                print(f"  {'':<24} {'':<14} observations: {r.observations}")
+                print(f"  {'':<{width}} {'':<14} observations: {r.observations}")
             if r.hint:
-                print(f"  {'':<24} {'':<14} {r.hint}")
+                print(f"  {'':<{width}} {'':<14} {r.hint}")
     return 0
 
 
