@@ -30,6 +30,7 @@ def test_entries_and_extras() -> None:
     assert set(entries) == {
         "atari-*", "crafter", "minigrid-*", "babyai-*", "libero-*", "dmc-*",
         "gym-*", "dmc-proprio-*", "minatar-*",  # state-based suites (issue 30)
+        "popgym-*", "bsuite-memory-len-*", "bsuite-discounting-chain-*",  # vector memory benchmarks (issue 31)
         "memory-maze-9x9", "memory-maze-11x11", "memory-maze-13x13", "memory-maze-15x15",
         # the s4wm paper's memory tasks (section 5)
         "two-rooms", "four-rooms", "ten-rooms",
@@ -49,6 +50,10 @@ def test_entries_and_extras() -> None:
     assert entries["dmc-proprio-*"].extra == "dmc" and "dmc-proprio-cartpole-swingup" in entries["dmc-proprio-*"].examples
     assert entries["gym-*"].extra == "classic-control" and entries["minatar-*"].extra == "minatar"
     assert entries["minatar-*"].requires == ("minatar",)
+    assert entries["popgym-*"].requires == ("popgym",) and entries["popgym-*"].extra == "popgym"
+    assert len(entries["popgym-*"].examples) == 14 * 3 + 2 and "popgym-repeat-previous-easy" in entries["popgym-*"].examples
+    assert len(entries["bsuite-memory-len-*"].examples) == 23 and len(entries["bsuite-discounting-chain-*"].examples) == 20
+    assert entries["bsuite-memory-len-*"].extra == "bsuite" == entries["bsuite-discounting-chain-*"].extra
     assert set(entries["memory-maze-13x13"].requires) == {"memory_maze", "gym", "dm_control"}
     for e in entries.values():
         assert e.description
@@ -73,13 +78,18 @@ def test_entries_and_extras() -> None:
         ("dmc-proprio-walker-walk", "dmc-proprio-*"),
         ("gym-cartpole", "gym-*"),
         ("minatar-breakout", "minatar-*"),
+        ("popgym-repeat-previous-easy", "popgym-*"),
+        ("popgym-stateless-cartpole-hard-full", "popgym-*"),
+        ("bsuite-memory-len-100", "bsuite-memory-len-*"),
+        ("bsuite-discounting-chain-0", "bsuite-discounting-chain-*"),
     ],
 )
 def test_matches_family_and_alias(name: str, expected: str) -> None:
     assert entry(name).name == expected
 
 
-@pytest.mark.parametrize("name", ["atari-", "minigrid-", "crafter-x", "memory-maze-10x10", "pong", "dmc-"])
+@pytest.mark.parametrize("name", ["atari-", "minigrid-", "crafter-x", "memory-maze-10x10", "pong", "dmc-", "popgym-",
+                                  "bsuite-", "bsuite-memory-len-"])
 def test_no_entry_matches(name: str) -> None:
     assert not [e for e in wmzoo_envs() if e.matches(name)]
 
@@ -94,7 +104,7 @@ def test_examples() -> None:
 
 
 def test_plugin_import_is_cheap() -> None:
-    heavy = ["ale_py", "crafter", "minigrid", "memory_maze", "cv2", "dm_control", "mujoco"]
+    heavy = ["ale_py", "crafter", "minigrid", "memory_maze", "cv2", "dm_control", "mujoco", "popgym", "bsuite"]
     code = (
         "import sys, wmzoo.envs.plugin as p; p.wmzoo_envs(); "
         f"print([m for m in {heavy!r} if m in sys.modules])"
@@ -114,6 +124,9 @@ def test_plugin_import_is_cheap() -> None:
         ("libero-spatial", "libero", "libero"),
         ("dmc-walker-walk", "dm_control", "dmc"),
         ("dmc-cartpole-balance", "mujoco", "dmc"),
+        ("popgym-repeat-first-easy", "popgym", "popgym"),
+        ("bsuite-memory-len-10", "bsuite", "bsuite"),
+        ("bsuite-discounting-chain-3", "bsuite", "bsuite"),
     ],
 )
 def test_missing_dependency(

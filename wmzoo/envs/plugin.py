@@ -46,6 +46,21 @@ DMC_VISION_TASKS = (
 GYM_TASKS = ("cartpole", "acrobot", "mountaincar", "pendulum", "mountaincar-continuous")
 MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space-invaders")
 
+# POPGym's tasks (popgym-<task>-<difficulty>[-full]: wmzoo/envs/pomdp.py): the paper's names, each
+# to its class prefix in popgym.envs (the class is <prefix><Difficulty>). Labyrinths need mazelib: left out.
+POPGYM_TASKS = {
+    "repeat-previous": "RepeatPrevious", "repeat-first": "RepeatFirst", "autoencode": "Autoencode",
+    "count-recall": "CountRecall", "stateless-cartpole": "PositionOnlyCartPole",
+    "noisy-stateless-cartpole": "NoisyPositionOnlyCartPole", "stateless-pendulum": "PositionOnlyPendulum",
+    "noisy-stateless-pendulum": "NoisyPositionOnlyPendulum", "velocity-only-cartpole": "VelocityOnlyCartPole",
+    "multiarmed-bandit": "MultiarmedBandit", "higher-lower": "HigherLower", "battleship": "Battleship",
+    "concentration": "Concentration", "minesweeper": "MineSweeper",
+}  # fmt: skip
+POPGYM_DIFFICULTIES = ("easy", "medium", "hard")
+# BSuite's sweeps (bsuite/experiments/<name>/sweep.py): memory_len's 23 lengths, discounting_chain's 20 seeds
+BSUITE_MEMORY_LENGTHS = (*range(1, 11), 12, 14, 17, 20, 25, *range(30, 101, 10))
+BSUITE_DISCOUNTING_CHAIN_IDS = tuple(range(20))
+
 BABYAI_EXAMPLES = (
     "babyai-goto-red-ball-grey",
     "babyai-goto-local",
@@ -71,7 +86,9 @@ def _lazy_make(module: str, function: str = "make") -> Callable[..., gymnasium.E
 @hookimpl
 def wmzoo_envs() -> list[EnvEntry]:
     """Atari (family ``atari-*``), Crafter, MiniGrid (families ``minigrid-*``, ``babyai-*``),
-    the DeepMind Control Suite (``dmc-*``), LIBERO (``libero-*``) and Memory Maze."""
+    the DeepMind Control Suite (``dmc-*``), LIBERO (``libero-*``), Memory Maze, the state-based
+    suites (``gym-*``, ``dmc-proprio-*``, ``minatar-*``) and the vector memory benchmarks
+    (``popgym-*``, ``bsuite-memory-len-*``, ``bsuite-discounting-chain-*``)."""
     memory_maze = _lazy_make("memory_maze")
     return [
         EnvEntry(
@@ -134,6 +151,36 @@ def wmzoo_envs() -> list[EnvEntry]:
             description="MinAtar (Young & Tian, 2019): 10x10 binary channels as one image entry (0/255), "
             "sticky actions p = 0.1, difficulty ramping, 6 actions",
             examples=tuple(f"minatar-{game}" for game in MINATAR_GAMES),
+        ),
+        EnvEntry(
+            name="popgym-*",
+            make=_lazy_make("pomdp", "make_popgym"),
+            requires=("popgym",),
+            extra="popgym",
+            description="POPGym (Morad et al., 2023) memory tasks, popgym-<task>-<easy|medium|hard>: POPGym's "
+            "classes, episode lengths and rewards (return in [-1, 1]); one vector entry 'observation' "
+            "(discrete parts one-hot); suffix -full: POPGym's fully observable control (entry 'state')",
+            examples=(*(f"popgym-{task}-{d}" for task in POPGYM_TASKS for d in POPGYM_DIFFICULTIES),
+                      "popgym-stateless-cartpole-easy-full", "popgym-repeat-previous-easy-full"),
+        ),
+        *(
+            EnvEntry(
+                name=f"bsuite-{experiment}-*",
+                make=_lazy_make("pomdp", "make_bsuite"),
+                requires=("bsuite",),
+                extra="bsuite",
+                description=description,
+                examples=tuple(f"bsuite-{experiment}-{n}" for n in settings),
+            )
+            for experiment, settings, description in (
+                ("memory-len", BSUITE_MEMORY_LENGTHS, "BSuite Memory Length (memory_len), bsuite-memory-len-<L> at "
+                 "BSuite's 23 lengths: repeat the first step's context bit after L steps (reward +1 right, -1 "
+                 "wrong, at the end); one vector entry 'observation' (3), 2 actions"),
+                ("discounting-chain", BSUITE_DISCOUNTING_CHAIN_IDS, "BSuite Discounting Chain, "
+                 "bsuite-discounting-chain-<0..19> (BSuite's mapping seeds): 5 chains paying +1 after 1, 3, 10, "
+                 "30 or 100 steps, chain id % 5 pays 1.1; 100-step episodes; one vector entry 'observation' (2), "
+                 "5 actions"),
+            )
         ),
         EnvEntry(
             name="dmc-*",

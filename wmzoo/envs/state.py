@@ -49,19 +49,26 @@ DMC_PROPRIO = "dmc-proprio-"
 DMC_PROPRIO_REPEAT = 2  # DreamerV3's DMC Proprio: action repeat 2
 
 
-def _vector(box: spaces.Box) -> spaces.Box:
-    return spaces.Box(-np.inf, np.inf, (int(np.prod(box.shape)),), np.float32)
-
-
 class StateDict(gym.ObservationWrapper):
-    """A ``Box`` state → ``{"state": float32 (D,)}``."""
+    """An observation → ``{key: float32 (D,)}`` by ``gymnasium.spaces.flatten``: a ``Box``
+    reshaped, a ``Discrete(n)`` one-hot of length ``n``, a ``MultiDiscrete`` one one-hot per
+    element and a ``Tuple`` its parts, concatenated in order."""
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, key: str = "state") -> None:
         super().__init__(env)
-        self.observation_space = spaces.Dict({"state": _vector(env.observation_space)})
+        self._space, self._key = env.observation_space, key
+        dim = spaces.flatdim(env.observation_space)
+        self.observation_space = spaces.Dict({key: spaces.Box(-np.inf, np.inf, (dim,), np.float32)})
 
     def observation(self, observation: Any) -> dict[str, np.ndarray]:
-        return {"state": np.asarray(observation, np.float32).reshape(-1)}
+        return {self._key: spaces.flatten(self._space, observation).astype(np.float32)}
+
+
+def unit_actions(env: gym.Env) -> gym.Env:
+    """A ``Box`` action space as ``[-1, 1]^A`` (clipped there), rescaled linearly to its bounds."""
+    unit = np.ones(env.action_space.shape, np.float32)
+    env = gym.wrappers.RescaleAction(env, -unit, unit)
+    return gym.wrappers.TransformAction(env, lambda a: np.clip(a, -1.0, 1.0), env.action_space)
 
 
 def make_gym(name: str, *, seed: int | None = None, size: int = 64, train: bool = True) -> gym.Env:
@@ -71,9 +78,7 @@ def make_gym(name: str, *, seed: int | None = None, size: int = 64, train: bool 
         raise unknown_env(name, tuple(GYM_TASKS), prefix="gym-")
     env: gym.Env = gym.make(GYM_TASKS[task])
     if isinstance(env.action_space, spaces.Box):
-        unit = np.ones(env.action_space.shape, np.float32)
-        env = gym.wrappers.RescaleAction(env, -unit, unit)
-        env = gym.wrappers.TransformAction(env, lambda a: np.clip(a, -1.0, 1.0), env.action_space)
+        env = unit_actions(env)
     return SeedOnFirstReset(StateDict(env), seed)
 
 
