@@ -91,7 +91,6 @@ def test_every_env_entry_names_an_extra_that_exists():
 
 
 def test_all_installs_every_extra_but_the_tools():
-    # libero: heavy (robosuite, robomimic) and no simulator adapter yet, so `all` leaves it out;
-    # bsuite: its package pulls its analysis stack (pandas, plotnine, statsmodels, scikit-image)
-    tools = {"all", "dev", "cluster", "docs", "trackers", "libero", "bsuite"}
+    # libero: heavy (robosuite, robomimic) and no simulator adapter yet, so `all` leaves it out
+    tools = {"all", "dev", "cluster", "docs", "trackers", "libero"}
     assert resolve_extra("all", _extras()) == set(_extras()) - tools | {"all"}
