@@ -195,15 +195,17 @@ class S4WMWorldModel(WorldModel):
 
     # -- parallel form (algorithm 1) ----------------------------------------------------------
     def sequence(
-        self, batch: Batch, state: State | None = None, sample: bool = True, all_states: bool | int = False
-    ) -> tuple[State, Tensor, State, State | None]:
+        self, batch: Batch, state: State | None = None, sample: bool = True, all_states: bool | int = False,
+        lazy: bool = False,
+    ) -> tuple[State, Tensor, State, dict[str, Any] | None]:
         """The whole batch in parallel from ``state`` (the initial state if None).
 
         Returns ``(post, prior_logits, last, every)``: the posterior states ``[B, T, ...]`` without
         S4 states, the prior logits ``[B, T, stoch, classes]``, the state after the last step
         (with ``action[:, -1]``, ready to continue), and, if ``all_states``, the S4 states after
         steps ``0, k, 2k, …`` with ``k = int(all_states)`` (True: every step), ``{"ssm": [B, ⌈T/k⌉,
-        ...]}`` (detached and built without a graph; for imagination start states).
+        ...]}`` (detached and built without a graph; for imagination start states); ``lazy``: each
+        entry a function of no argument computing it (:class:`~wmzoo_plugins.s4wm.s4.S4DLayer`).
         """
         B, T = batch.shape
         state = self.initial_state(B) if state is None else state
@@ -218,21 +220,21 @@ class S4WMWorldModel(WorldModel):
         every: State = {}
         if self.full_posterior:
             g_q = self.post_in(torch.cat([embed, prev_action], -1))
-            h_q, final, states = self.post_blocks(g_q, _complex(state["post_ssm"]), first, all_states)
+            h_q, final, states = self.post_blocks(g_q, _complex(state["post_ssm"]), first, all_states, lazy)
             post_logits = self.posterior(h_q)
             last["post_ssm"] = _real(final)
             if all_states:
-                every["post_ssm"] = _real(states)
+                every["post_ssm"] = states if lazy else _real(states)
         else:
             post_logits = self.posterior(embed)
         stoch = sample_latent(post_logits, sample)
 
         prev_stoch = torch.cat([state["stoch"].unsqueeze(1), stoch[:, :-1]], 1) * keep.unsqueeze(-1)
         g = self.img_in(torch.cat([prev_stoch.flatten(-2), prev_action], -1))
-        deter, final, states = self.blocks(g, _complex(state["ssm"]), first, all_states)
+        deter, final, states = self.blocks(g, _complex(state["ssm"]), first, all_states, lazy)
         last["ssm"] = _real(final)
         if all_states:
-            every["ssm"] = _real(states)
+            every["ssm"] = states if lazy else _real(states)
 
         post = {"deter": deter, "stoch": stoch, "logits": post_logits, "action": action}
         last = {**index_state({k: v for k, v in post.items() if k != "action"}, (slice(None), -1)), **last}
@@ -258,8 +260,14 @@ class S4WMWorldModel(WorldModel):
         """The ELBO of eq. 8 with KL balancing (eq. 9), reward and continue, from ``carry``."""
         spec = self.spec
         starts = slice(None, None, spec.start_stride)  # steps 0, k, 2k, … as TSSM-XL's
-        post, prior_logits, last, every = self.sequence(batch, carry, all_states=spec.start_stride)
+        # the S4 states of the start states are built only if a policy imagines from this batch
+        post, prior_logits, last, every = self.sequence(batch, carry, all_states=spec.start_stride, lazy=True)
         feat = self.features(post)
+        start = detach_state(index_state(post, (slice(None), starts)))
+
+        def start_states() -> tuple[State, Tensor, None]:
+            ssm = {key: _real(states()) for key, states in every.items()}
+            return flatten_state({**start, **ssm}), start_conts(batch)[:, starts].reshape(-1), None
 
         total, metrics = latent_objective(
             # eq. 7: q(z_0 | x_0) = p(z_0 | x_0), so no KL at episode starts
@@ -269,8 +277,7 @@ class S4WMWorldModel(WorldModel):
             losses={"model": total},
             metrics=metrics,
             # starts at steps 0, k, 2k, … (k = start_stride), as TSSM-XL's and RSSM's
-            start=flatten_state(detach_state({**index_state(post, (slice(None), starts)), **every})),
-            start_cont=start_conts(batch)[:, starts].reshape(-1),
+            starts=start_states,
             carry=detach_state(last) if spec.carry_state else None,
             features=feat,
         )

@@ -30,7 +30,8 @@ File order: initialisation → S4D layer → S4 block → stack of blocks.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -160,13 +161,17 @@ class S4DLayer(nn.Module):
         state: Tensor | None = None,
         reset: Tensor | None = None,
         all_states: bool | int = False,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        lazy: bool = False,
+    ) -> tuple[Tensor, Tensor, States | None]:
         """The whole sequence at once: ``u [B, L, H]`` from ``state [B, H, N/2]`` (zeros if None).
 
         ``reset [B, L]`` bool zeroes the state before each marked step. Returns ``(y [B, L, H],
         s_{L−1} [B, H, N/2], states)`` where ``states`` is None if ``all_states`` is false, else the
         states after steps ``0, k, 2k, …`` with ``k = int(all_states)`` (True: every step),
-        ``[B, ⌈L/k⌉, H, N/2]``, detached and computed without an autograd graph.
+        ``[B, ⌈L/k⌉, H, N/2]``, detached and computed without an autograd graph. ``lazy``: a
+        function of no argument that computes them when called, from detached copies of what they
+        need (the same values as long as the parameters are not stepped in between), so that a
+        training step whose start states no policy reads never computes them.
         """
         Bsz, L, _ = u.shape
         x = u.transpose(1, 2)  # [B, H, L]
@@ -193,10 +198,16 @@ class S4DLayer(nn.Module):
         A_L = cexp(dt_lam * L)
         final = final + (seg[:, -1] == 0).reshape(-1, 1, 1) * A_L * state
 
-        states = None
+        states: States | None = None
         if all_states:  # detached: they only start imagination, so no graph is built for them
-            with torch.no_grad():
-                states = self._strided_states(x.detach(), seg, dt_lam, B_bar, state.detach(), int(all_states))
+            args = (x.detach(), seg, dt_lam.detach(), B_bar.detach(), state.detach(), int(all_states))
+
+            def states() -> Tensor:
+                with torch.no_grad():
+                    return self._strided_states(*args)
+
+            if not lazy:
+                states = states()
         return y.transpose(1, 2), final, states
 
     @staticmethod
@@ -251,6 +262,17 @@ def _segments(reset: Tensor | None, batch: int, length: int, device: torch.devic
     return seg, int(seg.max()) + 1
 
 
+#: start states as computed, or a function of no argument computing them (``lazy``)
+States = Tensor | Callable[[], Tensor]
+
+
+def _stacked(parts: list[Any], dim: int, lazy: bool) -> States:
+    """``torch.stack(parts, dim)``; with ``lazy``, ``parts`` are functions and so is the result."""
+    if not lazy:
+        return torch.stack(parts, dim)
+    return lambda: torch.stack([part() for part in parts], dim)
+
+
 def _causal_conv(x: Tensor, kernel: Tensor) -> Tensor:
     """``y_t = Σ_{j ≤ t} kernel_{t−j} x_j`` over the last axis via rfft with zero padding to 2L."""
     L = x.shape[-1]
@@ -289,19 +311,21 @@ class S4Block(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool | int = False
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool | int = False,
+        lazy: bool = False,
+    ) -> tuple[Tensor, Tensor, States | None]:
         """``x [B, L, H]``, ``state [B, 2, H, N/2]`` → ``(x, final state, states [B, S, 2, H, N/2] | None)``
-        (``S = ⌈L/k⌉`` states after steps ``0, k, 2k, …``, ``k = int(all_states)``; see :class:`S4DLayer`)."""
+        (``S = ⌈L/k⌉`` states after steps ``0, k, 2k, …``, ``k = int(all_states)``; ``lazy``: a
+        function computing them; see :class:`S4DLayer`)."""
         finals, every = [], []
         for i, (norm, ssm, out) in enumerate(zip(self.norms, self.ssms, self.outs)):
-            y, final, states = ssm(norm(x), state[:, i], reset, all_states)
+            y, final, states = ssm(norm(x), state[:, i], reset, all_states, lazy)
             x = x + out(F.gelu(y))
             finals.append(final)
             every.append(states)
         if self.mlp is not None:
             x = x + self.mlp(x)
-        return x, torch.stack(finals, 1), torch.stack(every, 2) if all_states else None
+        return x, torch.stack(finals, 1), _stacked(every, 2, lazy) if all_states else None
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One step: ``x [B, H]``, ``state [B, 2, H, N/2]``."""
@@ -336,17 +360,18 @@ class S4Blocks(nn.Module):
         return torch.zeros(batch_size, *self.state_shape, dtype=cdtype, device=self.norm.weight.device)
 
     def forward(
-        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool | int = False
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        self, x: Tensor, state: Tensor, reset: Tensor | None = None, all_states: bool | int = False,
+        lazy: bool = False,
+    ) -> tuple[Tensor, Tensor, States | None]:
         """``x [B, L, H]`` → ``(h [B, L, H], final state, states [B, S, n_layers, 2, H, N/2] | None)``
-        (``S = ⌈L/k⌉`` states after steps ``0, k, 2k, …``, ``k = int(all_states)``)."""
+        (``S = ⌈L/k⌉`` states after steps ``0, k, 2k, …``, ``k = int(all_states)``; ``lazy``: a
+        function computing them, see :class:`S4DLayer`)."""
         finals, every = [], []
         for i, block in enumerate(self.blocks):
-            x, final, states = block(x, state[:, i], reset, all_states)
+            x, final, states = block(x, state[:, i], reset, all_states, lazy)
             finals.append(final)
             every.append(states)
-        states = torch.stack(every, 2) if all_states else None
-        return self.norm(x), torch.stack(finals, 1), states
+        return self.norm(x), torch.stack(finals, 1), _stacked(every, 2, lazy) if all_states else None
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """``x [B, H]``, ``state [B, n_layers, 2, H, N/2]`` → ``(h [B, H], new state)``."""

@@ -111,6 +111,7 @@ def test_shape_contract(B: int, T: int, v: dict) -> None:
     assert model.feature_shape == (spec.d_model + spec.stoch * spec.classes,)
     assert {k: tuple(v.shape) for k, v in model.initial_state(B).items()} == {k: (B, *s) for k, s in shapes.items()}
     out = model.loss(make_batch(B, T))
+    out.imagination_start()
     assert {k: tuple(v.shape) for k, v in out.start.items()} == {k: (B * T, *s) for k, s in shapes.items()}
     assert {k: tuple(v.shape) for k, v in out.carry.items()} == {k: (B, *s) for k, s in shapes.items()}
     assert out.start_cont.shape == (B * T,)
@@ -321,8 +322,10 @@ def test_start_stride_takes_every_kth_start(overrides: dict, k: int) -> None:
     carry = model.loss(make_batch(B, 5, seed=7)).carry
     torch.manual_seed(1)
     every = model.loss(batch, carry)
+    every.imagination_start()
     torch.manual_seed(1)
     out = strided.loss(batch, carry)
+    out.imagination_start()  # deferred: built only when a policy imagines
     steps = list(range(0, T, k))
     assert out.start_cont.shape == (B * len(steps),)
     torch.testing.assert_close(out.start_cont, every.start_cont.reshape(B, T)[:, steps].reshape(-1))
@@ -333,6 +336,34 @@ def test_start_stride_takes_every_kth_start(overrides: dict, k: int) -> None:
         torch.testing.assert_close(value, ref, rtol=1e-4, atol=1e-4, msg=key)
     torch.testing.assert_close(out.losses["model"], every.losses["model"])
     assert 0.0 in every.start_cont.tolist()
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
+def test_start_states_are_built_only_when_a_policy_imagines_and_equal_the_eager_ones(overrides: dict) -> None:
+    # Catches: deferred start states computed from the stepped parameters or from a graph-carrying
+    # input (a start state that differs from the one the loss saw, or holds a graph), and a loss
+    # that still computes them when no policy reads them (the offline studies' wasted third).
+    model = variant(overrides)
+    batch = make_batch(2, 9, seed=3, firsts=(0, 5))
+    torch.manual_seed(2)
+    out = model.loss(batch)
+    assert out.start is None and out.starts is not None
+    calls = []
+    strided = S4DLayer._strided_states
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(S4DLayer, "_strided_states", staticmethod(lambda *a: calls.append(1) or strided(*a)))
+        torch.manual_seed(2)
+        skipped = model.loss(batch)
+        skipped.discard_starts()
+        assert calls == []  # never computed
+        start, cont, _ = out.imagination_start()
+        assert calls  # computed now
+    torch.manual_seed(2)
+    _, _, _, every = model.sequence(batch, all_states=model.spec.start_stride)  # the eager form
+    for key in every:
+        torch.testing.assert_close(start[key], every[key].flatten(0, 1), msg=key)
+        assert not start[key].requires_grad
+    out.losses["model"].backward()  # the loss's graph is untouched by building the starts
 
 
 def test_paper_presets_stride_starts() -> None:
