@@ -7,6 +7,7 @@ import contextlib
 import json
 
 import pytest
+import torch
 
 from wmzoo.bench import harness
 from wmzoo.bench.harness import alternate, efficiency, ratio_stats
@@ -108,3 +109,25 @@ def test_bad_rounds_is_one_line(capsys, value):
     assert main(["bench", "--backbones", "rssm", "--mode", "train", "--rounds", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("wmzoo: error: --rounds"), err
+
+
+def test_flops_are_counted_where_the_module_tracker_trips():
+    # Catches: a step that hands a module a view of a parameter made without gradient (REM's
+    # prediction tokens, `pred_tokens.expand(...)` inside the imagination's no_grad) counted as 0
+    # FLOPs ("-" in the table): FlopCounterMode's module tracker asserts on an input that requires
+    # grad without a grad_fn.
+    from torch import nn
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from wmzoo.bench.harness import count_flops
+
+    linear, tokens = nn.Linear(8, 3), nn.Parameter(torch.randn(5, 8))
+
+    def step() -> torch.Tensor:
+        with torch.no_grad():
+            return linear(tokens.expand(2, 5, 8))
+
+    with pytest.raises(AssertionError):  # the tracker's own failure, which the fallback covers
+        with FlopCounterMode(display=False):
+            step()
+    assert count_flops(step) == 2 * (2 * 5) * 8 * 3

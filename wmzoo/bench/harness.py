@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch import nn
 
 from wmzoo.atomic import write_text_atomic
@@ -428,18 +429,42 @@ def count_flops(step: Callable[[], Any]) -> float:
     matrix products, convolutions, attention and their backward), from one extra, untimed call."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    # The counter's module tracking can trip over a step's autograd graph (a module whose output
-    # requires grad without a grad_fn, e.g. a fused inference path); a gradient-free step (an
-    # imagination) is then counted without gradient, and a step that cannot be counted is 0
-    # (shown as "-"), never a failed bench.
-    for grad in (True, False):
+    # The counter's module tracking can trip over a step's autograd graph (a module that returns a
+    # parameter itself, e.g. REM's prediction tokens: an output requiring grad without a grad_fn);
+    # the same formulas are then applied by a plain dispatch mode without module tracking
+    # (:class:`_DispatchFlops`), and a step that cannot be counted is 0 (shown as "-"), never a
+    # failed bench.
+    for counting in (lambda: FlopCounterMode(display=False), _DispatchFlops):
         try:
-            with torch.set_grad_enabled(grad and torch.is_grad_enabled()), FlopCounterMode(display=False) as counter:
+            with counting() as counter:
                 step()
             return float(counter.get_total_flops())
         except Exception:  # noqa: BLE001 - any failure of the counter's own hooks
             continue
     return 0.0
+
+
+class _DispatchFlops(TorchDispatchMode):
+    """``torch.utils.flop_counter``'s formulas (its ``flop_registry``: matrix products,
+    convolutions, attention, their backward) summed over every op dispatched, without
+    :class:`~torch.utils.flop_counter.FlopCounterMode`'s module tracking."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+
+        self.registry, self.total = flop_registry, 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.registry.get(func._overloadpacket)
+        if formula is not None:
+            self.total += formula(*args, **kwargs, out_val=out)
+        return out
+
+    def get_total_flops(self) -> int:
+        return self.total
 
 
 class MatmulPeak:
