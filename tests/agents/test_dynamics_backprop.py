@@ -29,7 +29,7 @@ def world_model_and_starts(name: str, env: EnvInfo = CONTINUOUS):
         for p in wm.parameters():
             p.add_(0.05 * torch.randn_like(p))
     wm.eval()
-    return wm, out.start
+    return wm, out.imagination_start()[0]  # a backbone may defer them (TrainOutput.starts)
 
 
 def policy_for(wm, backbone: str = "rssm") -> DreamerPolicy:

@@ -77,7 +77,7 @@ def test_skipping_the_unused_start_states_changes_no_weight(tmp_path, monkeypatc
             assert torch.equal(value, eager[part][key]), (part, key)
 
 
-@pytest.mark.parametrize("backbone", ["rem", "iris", "delta-iris"])
+@pytest.mark.parametrize("backbone", ["rem", "iris", "delta-iris", "s4wm"])
 def test_deferred_start_states_come_from_the_weights_of_the_loss(backbone):
     # Catches: deferred start states built after the optimizer step (from other weights than the
     # loss's, which is where they were built before they were deferred).
