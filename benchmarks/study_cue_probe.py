@@ -47,8 +47,11 @@ def main() -> None:
     todo = {}
     for cell in cells:
         checkpoint = args.out / cell.path / "checkpoint.safetensors"
-        if not (args.out / cell.path / "cell.json").is_file() or not checkpoint.is_file():
-            print(f"{cell.name}: not trained, skipped", flush=True)
+        if not (args.out / cell.path / "cell.json").is_file():
+            print(f"{cell.name}: not started, skipped", flush=True)
+            continue
+        if not checkpoint.is_file():
+            print(f"{cell.name}: no checkpoint in its folder (trained elsewhere?), skipped", flush=True)
             continue
         if json.loads((args.out / cell.path / "cell.json").read_text()).get("state") != "done":
             print(f"{cell.name}: not done, skipped", flush=True)
