@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each cell")
     args = parser.parse_args()
     from wmzoo.errors import WmzooError
-    from wmzoo.study.run import cells_of, data_dir
+    from wmzoo.study.run import cell_record, cells_of, data_dir
 
     try:
         cells = cells_of(args.out)
@@ -47,13 +47,14 @@ def main() -> None:
     todo = {}
     for cell in cells:
         checkpoint = args.out / cell.path / "checkpoint.safetensors"
-        if not (args.out / cell.path / "cell.json").is_file():
+        state = cell_record(args.out / cell.path).get("state")
+        if state is None:
             print(f"{cell.name}: not started, skipped", flush=True)
             continue
         if not checkpoint.is_file():
             print(f"{cell.name}: no checkpoint in its folder (trained elsewhere?), skipped", flush=True)
             continue
-        if json.loads((args.out / cell.path / "cell.json").read_text()).get("state") != "done":
+        if state != "done":
             print(f"{cell.name}: not done, skipped", flush=True)
             continue
         data = data_dir(args.out, cell.env)

@@ -255,7 +255,7 @@ def bench_envs(env: str | None) -> list[str | None]:
     names = [name.strip() for name in env.split(",")]
     if not all(names) or len(set(names)) < len(names):
         raise WmzooError(f"--env {env}: give env names separated by commas, each once")
-    return list(names)
+    return names
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -429,11 +429,11 @@ def count_flops(step: Callable[[], Any]) -> float:
     matrix products, convolutions, attention and their backward), from one extra, untimed call."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    # The counter's module tracking can trip over a step's autograd graph (a module that returns a
-    # parameter itself, e.g. REM's prediction tokens: an output requiring grad without a grad_fn);
-    # the same formulas are then applied by a plain dispatch mode without module tracking
-    # (:class:`_DispatchFlops`), and a step that cannot be counted is 0 (shown as "-"), never a
-    # failed bench.
+    # The counter's module tracking can trip over a step's autograd graph (a module handed a tensor
+    # that requires grad without a grad_fn, e.g. REM's prediction tokens: a view of a parameter
+    # made under no_grad); the same formulas are then applied by a plain dispatch mode without
+    # module tracking (:class:`_DispatchFlops`), and a step that cannot be counted is 0 (shown as
+    # "-"), never a failed bench.
     for counting in (lambda: FlopCounterMode(display=False), _DispatchFlops):
         try:
             with counting() as counter:

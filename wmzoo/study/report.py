@@ -514,10 +514,14 @@ def reward_prediction(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dic
     return result
 
 
+def seed_readouts(rows: Mapping[str, Mapping[str, Any]], label: str, metric: str) -> dict[str, Any]:
+    """``{seed: readout or None}`` of a row in :func:`reward_prediction` (``{}`` where it has none)."""
+    return rows.get(label, {}).get(metric, {}).get("seeds", {})
+
+
 def readout_by_seed(rows: Mapping[str, Mapping[str, Any]], label: str, metric: str) -> dict[int, float]:
     """``{seed: value}`` of a row's readout in :func:`reward_prediction` (``{}`` where it has none)."""
-    seeds = rows.get(label, {}).get(metric, {}).get("seeds", {})
-    return {int(s): v["estimate"] for s, v in seeds.items() if v is not None}
+    return {int(s): v["estimate"] for s, v in seed_readouts(rows, label, metric).items() if v is not None}
 
 
 def expectations(study: StudySpec, report: Mapping[str, Any], table: Mapping[str, Mapping[str, Mapping[int, float]]]
@@ -561,8 +565,7 @@ def models_ordered(rows: Mapping[str, Mapping[str, Any]], better: str, worse: st
     (``below``) or overlaps (``overlap``) the ``worse`` row's. This compares the trained models of
     each seed; it says nothing of the spread over training seeds, which the seed-level verdict
     tests (and cannot separate below 4 seeds a side). ``None`` where no seed has both."""
-    a = rows.get(better, {}).get(metric, {}).get("seeds", {})
-    b = rows.get(worse, {}).get(metric, {}).get("seeds", {})
+    a, b = seed_readouts(rows, better, metric), seed_readouts(rows, worse, metric)
     seeds = sorted((s for s in set(a) & set(b) if a[s] is not None and b[s] is not None), key=int)
     if not seeds:
         return None
