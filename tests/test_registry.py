@@ -290,6 +290,7 @@ def test_a_malformed_entry_is_one_failure_naming_the_field(fields, problem):
         ("wmzoo_envs", EnvEntry("myenv", make=len, requires=["ale_py"]), "requires is a list, expected tuple[str, ...]"),
         ("wmzoo_envs", EnvEntry("myenv", make=len, aliases=("a", 2)), "aliases[1] is an int, expected str"),
         ("wmzoo_envs", EnvEntry("myenv", make=None), "make is None, expected a callable"),
+        ("wmzoo_envs", EnvEntry("myenv", make=len, memory=4), "memory is an int, expected"),
     ],
 )
 def test_malformed_policies_and_envs_too(hook, entry, problem):

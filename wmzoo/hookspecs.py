@@ -139,13 +139,35 @@ class PolicyEntry:
 
 
 @dataclass(frozen=True)
+class EnvMemory:
+    """How much memory one environment demands, for reports that sweep it (score against memory
+    length: ``wmzoo study report``).
+
+    ``task`` groups the settings of one task (``bsuite-memory-len``: every length of it);
+    ``steps`` is how many steps back the information lies at the latest point the task asks for
+    it (BSuite Memory Length ``L``: the context bit of step 0 is asked for after ``L`` steps; 0 for
+    a fully observable control); ``memoryless`` is the best expected score of any policy without
+    memory, by score name (``{"mean_return": 0.0}``: the final observation says nothing of the
+    bit), where it is known exactly; the report adds it as a baseline.
+    """
+
+    task: str
+    steps: int
+    memoryless: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EnvEntry:
     """An environment, or a family of them when ``name`` ends with ``*`` (``minigrid-*``).
 
     ``make(name, seed=..., size=..., train=...)`` returns a ``gymnasium.Env`` whose observations
-    are uint8 ``(3, size, size)`` arrays and whose actions are discrete. ``requires`` lists the
-    modules it imports, so availability is known without importing them; ``extra`` is the
-    ``pip install "wmzoo[extra]"`` that provides them.
+    fit the observation spec (:class:`~wmzoo.interfaces.EnvInfo`: uint8 ``(3, size, size)``
+    images, float32 vectors, or a dict of them) and whose actions are discrete or continuous in
+    ``[-1, 1]``. ``requires`` lists the modules it imports, so availability is known without
+    importing them; ``extra`` is the ``pip install "wmzoo[extra]"`` that provides them.
+    ``memory(name)``, where given, says how much memory the concrete env ``name`` demands
+    (:class:`EnvMemory`, or ``None`` for a setting that is not a memory test); it must not import
+    the env's package.
     """
 
     name: str
@@ -155,6 +177,7 @@ class EnvEntry:
     description: str = ""
     aliases: tuple[str, ...] = ()
     examples: tuple[str, ...] = field(default=())  # concrete names of a family, for listings
+    memory: Callable[[str], EnvMemory | None] | None = None
 
     def matches(self, name: str) -> bool:
         if self.name.endswith("*"):

@@ -294,3 +294,54 @@ def test_data_generate_records_episodes(tmp_path, env, entry, length):
     for episode in episodes:
         key = "obs." + entry.split()[0]
         assert episode[key].dtype == np.float32 and len(episode[key]) == length
+
+
+@needs_popgym
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_popgym_memory_lengths_are_popgyms(difficulty):
+    """Catches: a declared memory length out of step with POPGym's classes (RepeatPrevious's k,
+    RepeatFirst's last step), a ``-full`` control declared as needing memory, a task with no single
+    span (Autoencode) given one."""
+    import popgym.envs as P
+
+    from wmzoo.registry import default_registry
+
+    entry, cap = default_registry().env("popgym-repeat-previous-easy"), difficulty.capitalize()
+    previous, first = getattr(P, f"RepeatPrevious{cap}")(), getattr(P, f"RepeatFirst{cap}")()
+    assert entry.memory(f"popgym-repeat-previous-{difficulty}").steps == previous.k
+    assert entry.memory(f"popgym-repeat-first-{difficulty}").steps == first.max_episode_length
+    assert entry.memory(f"popgym-repeat-first-{difficulty}-full").steps == 0
+    assert entry.memory(f"popgym-repeat-first-{difficulty}").task == "popgym-repeat-first"
+    assert entry.memory(f"popgym-autoencode-{difficulty}") is None
+
+
+@needs_bsuite
+@pytest.mark.parametrize("length", [1, 2, 5])
+def test_bsuite_memory_len_memory_and_memoryless_bound_are_exact(length):
+    """Catches: the declared memory length or memoryless bound (return 0) wrong: the bit is in
+    view in observations 0 and 1 (BSuite repeats its first), observations 2 to L (the last, after
+    which the answer is given) are the same whichever bit the episode drew, so a policy without
+    memory answers both bits alike and averages 0; at L = 1 the answer sees the bit (no bound)."""
+    from wmzoo.registry import default_registry
+
+    name = f"bsuite-memory-len-{length}"
+    memory = default_registry().env(name).memory(name)
+    assert memory.steps == length - 1
+    assert dict(memory.memoryless) == ({"mean_return": 0.0} if length > 1 else {})
+    by_bit: dict[int, list] = {}
+    env = make_env(name)
+    for seed in range(40):
+        seen = [env.reset(seed=seed)[0]["observation"]]
+        done = False
+        while not done:
+            obs, _, terminated, truncated, _ = env.step(0)
+            seen.append(obs["observation"])
+            done = terminated or truncated
+        answered_after = seen[:-1]  # the last observation comes with the reward, after the answer
+        assert len(answered_after) == length + 1
+        by_bit.setdefault(int(seen[0][2] > 0), []).append(answered_after)
+    assert len(by_bit) == 2
+    (a, *_), (b, *_) = by_bit.values()
+    assert a[0][2] == a[1][2] == -b[0][2] == -b[1][2] != 0  # observations 0 and 1 show the bit
+    np.testing.assert_array_equal(np.array(a[2:]), np.array(b[2:]))  # nothing after them does
+    assert length > 1 or len(a[2:]) == 0

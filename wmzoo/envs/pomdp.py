@@ -42,7 +42,9 @@ previous-action wrapper is added (a world model reads the action itself).
 ``memory_len/<i>`` is the ``i``-th of them). The first observation shows a context bit (±1); the
 agent must repeat it with its action after ``L`` more steps: episodes are ``L + 1`` steps, reward 0
 until the last step, then +1 if the action equals the context bit (success) and -1 otherwise, so a
-random policy averages 0. Observations: BSuite's ``(1, 3)`` float32 array ``[time left, query,
+random policy averages 0. BSuite's step returns the observation of the time before it counts on,
+so the first observation comes twice: the bit is in view in observations 0 and 1, and the answer
+follows observation ``L`` (``L - 1`` steps without it; at ``L`` = 1 it is still in view). Observations: BSuite's ``(1, 3)`` float32 array ``[time left, query,
 context]`` flattened to one entry ``observation`` (3,); 2 actions. Episodes end in termination
 (discount 0). Seeds: BSuite fixes a ``MemoryChain``'s random state when built, so
 ``reset(seed=s)`` builds it anew with ``s`` and ``reset()`` continues with its next episode.

@@ -10,7 +10,8 @@ is computed (:mod:`wmzoo.eval.verdicts`), never written:
 - **baselines** per env, on the same data and seeds, read from the same files (computed when an
   older file lacks them): offline, the mean context frame and the best constant image
   (:class:`~wmzoo.eval.memory.ImaginationBaselines`); online, a uniformly random policy on the same
-  evaluation seeds (``wmzoo eval --random``);
+  evaluation seeds (``wmzoo eval --random``) and, where the env's entry declares it
+  (:class:`~wmzoo.hookspecs.EnvMemory`), the best expected score of any policy without memory;
 - **per env**: each backbone's mean over seeds with a 95 % Student-t interval, whether it beats
   each baseline (:func:`~wmzoo.eval.verdicts.beats_baseline`) and whether each pair of backbones is
   separated (:func:`~wmzoo.eval.verdicts.separated`, paired by seed offline, where every seed
@@ -35,6 +36,11 @@ is computed (:mod:`wmzoo.eval.verdicts`), never written:
   (:func:`reward_prediction`);
 - **expected directions** (the study's ``expect``): each expected pair supported, contradicted or
   not separated (:func:`expectations`);
+- **score against memory length**: for a memory task swept over two lengths or more
+  (:class:`~wmzoo.hookspecs.EnvMemory`: BSuite Memory Length, POPGym RepeatPrevious and RepeatFirst
+  with their fully observable controls at length 0), every row's score per length, the lengths it
+  solves (beats every baseline with its interval) and the longest, as a table and a figure;
+- **wall time** of every done cell (its ``cell.json``), median and range over seeds per row and env;
 - **efficiency**: ``wmzoo bench`` of every backbone at the study's sizes (parameters, training
   and imagination frames/s, peak memory), all in this process one after the other;
 - **imagination video**: every backbone imagining from the same real context under the same
@@ -151,6 +157,77 @@ def random_policy(study: StudySpec, cells: Sequence[Cell], out: Path, env: str, 
     agent = load_agent(out / done[0].path / "checkpoint.safetensors")
     summary = summarize(agent.run.env, evaluate(agent, E.episodes, E.max_steps, seed=E.seed, uniform=True))
     return {RANDOM_POLICY: float(summary[score])} if score in summary else {}
+
+
+MEMORYLESS = "memoryless policy (exact)"
+"""The baseline an env's :class:`~wmzoo.hookspecs.EnvMemory` declares: the best expected score of
+any policy without memory."""
+
+
+def env_memory(envs: Sequence[str]) -> dict[str, Any]:
+    """``{env: EnvMemory}`` of the envs whose entry declares how much memory they demand."""
+    from wmzoo.registry import default_registry
+
+    registry = default_registry()
+    found = {}
+    for env in envs:
+        entry = registry.env(env)
+        memory = entry.memory(env) if entry.memory is not None else None
+        if memory is not None:
+            found[env] = memory
+    return found
+
+
+def with_memoryless(baselines: Mapping[str, Mapping[str, float]], memory: Mapping[str, Any], score: str
+                    ) -> dict[str, dict[str, float]]:
+    """``baselines`` with :data:`MEMORYLESS` added on every env whose memory declares it for ``score``."""
+    out = {env: dict(b) for env, b in baselines.items()}
+    for env, m in memory.items():
+        if score in m.memoryless:
+            out.setdefault(env, {})[MEMORYLESS] = float(m.memoryless[score])
+    return out
+
+
+def memory_scaling(report: Mapping[str, Any], memory: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per memory task of the study with at least two lengths (:func:`env_memory`): its lengths
+    in order, each row's mean [t interval] at every length, whether it *solves* each length (beats
+    every baseline of that env, by the report's own verdicts; ``None`` where the env has no
+    baseline or the row no score) and the longest length it solves; the baselines at every length."""
+    tasks: dict[str, list[tuple[int, str]]] = {}
+    for env, m in memory.items():
+        tasks.setdefault(m.task, []).append((m.steps, env))
+    out: dict[str, dict[str, Any]] = {}
+    for task, settings in sorted(tasks.items()):
+        settings.sort()
+        if len({steps for steps, _ in settings}) < 2:
+            continue
+        envs = [env for _, env in settings]
+        names = sorted({name for env in envs for name in report["baselines"].get(env, {})})
+        rows: dict[str, Any] = {}
+        for label in {label: None for env in envs for label in report["per_env"].get(env, {})}:
+            found = [report["per_env"].get(env, {}).get(label) for env in envs]
+            verdicts = [report["verdicts"].get(env, {}).get(label, {}) for env in envs]
+            solved = [None if r is None or not v else all(x["holds"] for x in v.values())
+                      for r, v in zip(found, verdicts)]
+            rows[label] = {key: [None if r is None else r[key] for r in found] for key in ("mean", "low", "high")}
+            rows[label]["solved"] = solved
+            rows[label]["longest_solved"] = max((s for (s, _), ok in zip(settings, solved) if ok), default=None)
+        out[task] = {"steps": [steps for steps, _ in settings], "envs": envs, "rows": rows,
+                     "baselines": {name: [report["baselines"].get(env, {}).get(name) for env in envs]
+                                   for name in names}}
+    return out
+
+
+def wall_times(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """``{label: {env: {cells, median, min, max}}}``: the wall seconds of each done cell (its
+    ``cell.json``: training, evaluation and probes, summed over resumptions)."""
+    seconds: dict[str, dict[str, list[float]]] = {}
+    for cell in cells:
+        record = cell_record(out / cell.path)
+        if record.get("state") == "done" and "seconds" in record:
+            seconds.setdefault(cell.label, {}).setdefault(cell.env, []).append(float(record["seconds"]))
+    return {label: {env: {"cells": len(v), "median": float(np.median(v)), "min": min(v), "max": max(v)}
+                    for env, v in envs.items()} for label, envs in seconds.items()}
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -698,7 +775,11 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
         baselines = {env: {name: b["gen_mse"] for name, b in found.items()} for env, found in reference.items()}
     else:
         baselines = {env: random_policy(study, cells, out, env, score) for env in study.envs}
+    memory = env_memory(study.envs)
+    baselines = with_memoryless(baselines, memory, score)
     report.update(assess(study, table, score, baselines, reps))
+    report["memory_scaling"] = memory_scaling(report, memory)
+    report["wall_time"] = wall_times(cells, out)
     report["curves"] = curves(study, cells, out)
     report["reward"] = reward_prediction(reward_records(study, cells, out)) if study.budget.mode == "offline" else {}
     report["expectations"] = expectations(study, report, table)
@@ -747,6 +828,15 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
         profile_plot(folder / "profiles.png", taus, profiles, xlabel=f"{normalised} τ",
                      ylabel=f"fraction of runs with score {compare} τ", baselines=zero)
         figures["performance profiles"] = "profiles.png"
+    for task, sweep in report.get("memory_scaling", {}).items():
+        name = f"memory-{task}.png"
+        series = {label: (sweep["steps"], *(np.array([np.nan if v is None else v for v in r[k]], float)
+                                            for k in ("mean", "low", "high"))) for label, r in sweep["rows"].items()}
+        series.update({f"baseline: {b}": (sweep["steps"], np.array([np.nan if v is None else v for v in values], float),
+                                          None, None) for b, values in sweep["baselines"].items()})
+        curves_plot(folder / name, series, "memory length (steps back to the information)",
+                    f"{score_label}, mean [95 % t]", title=task)
+        figures[f"score against memory length {task}"] = name
     for env, series in report.get("memory", {}).items():
         name = f"gen-mse-per-step-{env}.png"
         curves_plot(folder / name, {label: (list(range(1, len(m["gen_mse_per_step"]) + 1)), m["gen_mse_per_step"],
@@ -919,6 +1009,41 @@ def expectation_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def memory_scaling_lines(report: Mapping[str, Any]) -> list[str]:
+    """Per memory task: each row's score at every memory length, solved lengths marked, and the
+    longest it solves; nothing for a study without a task at two lengths or more."""
+    lines: list[str] = []
+    for task, sweep in report.get("memory_scaling", {}).items():
+        lines += ["", f"## Score against memory length: {task}", "",
+                  "A length is **solved** when the row beats every baseline of that env with its interval (the "
+                  "verdicts above); `-`: no score. Memory length: how many steps back the information lies when "
+                  "the task last asks for it.", "",
+                  "| row | " + " | ".join(f"{s} ({env})" for s, env in zip(sweep["steps"], sweep["envs"]))
+                  + " | longest solved |", "|---|" + "---|" * (len(sweep["steps"]) + 1)]
+        for name, values in sweep["baselines"].items():
+            lines.append(f"| baseline: {name} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in values)
+                         + " | |")
+        for label, r in sweep["rows"].items():
+            cells = ["-" if m is None else f"**{_ci({'mean': m, 'low': lo, 'high': hi})}**" if ok
+                     else _ci({"mean": m, "low": lo, "high": hi})
+                     for m, lo, hi, ok in zip(r["mean"], r["low"], r["high"], r["solved"])]
+            longest = "none" if r["longest_solved"] is None else str(r["longest_solved"])
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {longest} |")
+    return lines
+
+
+def wall_time_lines(report: Mapping[str, Any]) -> list[str]:
+    """Wall seconds per done cell, per row and env: median [min, max] over its seeds."""
+    if not report.get("wall_time"):
+        return []
+    lines = ["", "## Wall time per cell (seconds: training, evaluation and probes; median [min, max] over seeds)",
+             "", "| row | env | cells | seconds |", "|---|---|---|---|"]
+    for label, envs in report["wall_time"].items():
+        for env, t in envs.items():
+            lines.append(f"| {label} | {env} | {t['cells']} | {t['median']:.0f} [{t['min']:.0f}, {t['max']:.0f}] |")
+    return lines
+
+
 def failed_cells(cells: Sequence[Cell], out: Path) -> list[dict[str, str]]:
     """Each failed or interrupted cell: its name, error and log (relative to the report folder)."""
     failed = []
@@ -969,6 +1094,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {label} | {env} | {p['world_model']:,} | {width} |")
     lines += ["", f"## Final {score} per environment: baselines and verdicts", ""]
     lines += _verdict_lines(report, score, better)
+    lines += memory_scaling_lines(report)
     normalised = report["normalised"]["score"]
     if report.get("aggregate_refused"):
         lines += ["## Aggregate over environments", "", f"Not computed: {report['aggregate_refused']}."]
@@ -1008,6 +1134,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {r['backbone']} | {r['params']:,} | {r['train_frames_per_s']:.1f} "
                          f"({r['train_batch']}) | {r['imagine_frames_per_s']:.1f} ({r['imagine_batch']}) "
                          f"| {r['peak_rss_mb']:.0f} |")
+    lines += wall_time_lines(report)
     lines += failed_section(report.get("failed", []))
     if report.get("figures"):
         lines += ["", "## Figures", ""]
