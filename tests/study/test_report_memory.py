@@ -115,3 +115,21 @@ def test_wall_time_per_cell_counts_done_cells_only(tmp_path):
     report, _ = _report()
     report["wall_time"] = times
     assert "| rssm:tiny | a | 3 | 200 [100, 300] |" in markdown(report)
+
+
+def test_the_efficiency_table_is_measured_on_one_thread_and_the_setting_restored(monkeypatch):
+    """Catches: the report's bench left at torch's default threads (on a busy machine S4WM's
+    imagination measured 70x slower on two threads than on one), the caller's threads not restored."""
+    import torch
+
+    import wmzoo.study.report as report_module
+
+    seen = []
+    monkeypatch.setattr(report_module, "_efficiency", lambda *a: seen.append(torch.get_num_threads()) or [])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert report_module.efficiency(None, []) == [] and seen == [1]  # type: ignore[arg-type]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -666,7 +666,22 @@ def models_text(models: Mapping[str, Any] | None) -> str:
 
 
 def efficiency(study: StudySpec, cells: Sequence[Cell], iters: int = 2) -> list[dict[str, Any]]:
-    """``wmzoo bench`` (train and imagine) of each backbone at its first env's study sizes."""
+    """``wmzoo bench`` (train and imagine) of each backbone at its first env's study sizes, on one
+    torch thread (restored after): with torch's default of one thread per core, a machine still
+    busy with other jobs slows the many small parallel regions of some backbones by tens of times
+    (S4WM `tiny`'s imagination, B 8, H 15, on this 2-core machine beside two single-thread jobs:
+    25 frames/s on two threads, 1,801 on one: ``wmzoo bench --threads 2`` against ``--threads 1``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _efficiency(study, cells, iters)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _efficiency(study: StudySpec, cells: Sequence[Cell], iters: int) -> list[dict[str, Any]]:
     from wmzoo.bench.harness import bench_specs
     from wmzoo.config import made_env_info, run_spec
     from wmzoo.study.run import without_policy
@@ -1128,7 +1143,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines += reward_lines(report)
     lines += expectation_lines(report)
     if report.get("efficiency"):
-        lines += ["", "## Efficiency (`wmzoo bench`, this machine, one process)", "",
+        lines += ["", "## Efficiency (`wmzoo bench`, this machine, one process, one thread)", "",
                   "| backbone | params | train frames/s | imagine frames/s | peak RSS (MB) |", "|---|---|---|---|---|"]
         for r in report["efficiency"]:
             lines.append(f"| {r['backbone']} | {r['params']:,} | {r['train_frames_per_s']:.1f} "
