@@ -159,7 +159,7 @@ def random_policy(study: StudySpec, cells: Sequence[Cell], out: Path, env: str, 
     return {RANDOM_POLICY: float(summary[score])} if score in summary else {}
 
 
-MEMORYLESS = "memoryless policy (exact)"
+MEMORYLESS = "memoryless bound"
 """The baseline an env's :class:`~wmzoo.hookspecs.EnvMemory` declares: the best expected score of
 any policy without memory."""
 
@@ -847,7 +847,7 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
         name = f"memory-{task}.png"
         series = {label: (sweep["steps"], *(np.array([np.nan if v is None else v for v in r[k]], float)
                                             for k in ("mean", "low", "high"))) for label, r in sweep["rows"].items()}
-        series.update({f"baseline: {b}": (sweep["steps"], np.array([np.nan if v is None else v for v in values], float),
+        series.update({b: (sweep["steps"], np.array([np.nan if v is None else v for v in values], float),
                                           None, None) for b, values in sweep["baselines"].items()})
         curves_plot(folder / name, series, "memory length (steps back to the information)",
                     f"{score_label}, mean [95 % t]", title=task)
