@@ -60,6 +60,7 @@ import numpy as np
 
 from wmzoo.atomic import write_text_atomic
 from wmzoo.errors import WmzooError
+from wmzoo.hookspecs import EnvMemory
 from wmzoo.study.run import LOG_FILE, STUDY_FILE, Cell, cell_record, cells_of, data_dir
 from wmzoo.study.spec import METRICS, REWARD_METRICS, StudySpec, study_from_dict
 
@@ -164,7 +165,7 @@ MEMORYLESS = "memoryless bound"
 any policy without memory."""
 
 
-def env_memory(envs: Sequence[str]) -> dict[str, Any]:
+def env_memory(envs: Sequence[str]) -> dict[str, EnvMemory]:
     """``{env: EnvMemory}`` of the envs whose entry declares how much memory they demand."""
     from wmzoo.registry import default_registry
 
@@ -178,7 +179,7 @@ def env_memory(envs: Sequence[str]) -> dict[str, Any]:
     return found
 
 
-def with_memoryless(baselines: Mapping[str, Mapping[str, float]], memory: Mapping[str, Any], score: str
+def with_memoryless(baselines: Mapping[str, Mapping[str, float]], memory: Mapping[str, EnvMemory], score: str
                     ) -> dict[str, dict[str, float]]:
     """``baselines`` with :data:`MEMORYLESS` added on every env whose memory declares it for ``score``."""
     out = {env: dict(b) for env, b in baselines.items()}
@@ -188,7 +189,7 @@ def with_memoryless(baselines: Mapping[str, Mapping[str, float]], memory: Mappin
     return out
 
 
-def memory_scaling(report: Mapping[str, Any], memory: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def memory_scaling(report: Mapping[str, Any], memory: Mapping[str, EnvMemory]) -> dict[str, dict[str, Any]]:
     """Per memory task of the study with at least two lengths (:func:`env_memory`): its lengths
     in order, each row's mean [t interval] at every length, whether it *solves* each length (beats
     every baseline of that env, by the report's own verdicts; ``None`` where the env has no
