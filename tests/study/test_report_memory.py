@@ -91,6 +91,25 @@ def test_the_sweep_is_a_table_and_a_figure(tmp_path):
     figures = draw_figures(report, tmp_path)
     assert figures["score against memory length bsuite-memory-len"] == "memory-bsuite-memory-len.png"
     assert (tmp_path / "memory-bsuite-memory-len.png").stat().st_size > 1000
+    assert "learning curves at the longest length solved bsuite-memory-len" not in figures  # no curves given
+
+
+def test_the_learning_curve_of_each_row_is_drawn_at_the_longest_length_it_solves(tmp_path, monkeypatch):
+    """Catches: the curve taken at the first or last length instead of the longest solved one, a
+    row that solves nothing drawn."""
+    import wmzoo.eval.plots as plots
+
+    report, _ = _report()
+    curve = {"x": [0.0, 100.0], "mean": [0.0, 1.0], "low": [0.0, 0.9], "high": [0.0, 1.0]}
+    report["curves"] = {env: {label: {**curve, "mean": [0.0, float(i)]} for i, label in enumerate(("long", "short", "guess"))}
+                        for env in ENVS}
+    report["curves"]["bsuite-memory-len-5"]["short"] = {**curve, "mean": [0.0, 0.5]}  # short's longest: 5 (memory 4)
+    drawn = {}
+    monkeypatch.setattr(plots, "curves_plot", lambda path, series, *a, **k: drawn.update({Path(path).name: series}))
+    figures = draw_figures(report, tmp_path)
+    name = figures["learning curves at the longest length solved bsuite-memory-len"]
+    assert set(drawn[name]) == {"long (memory 9)", "short (memory 4)"}
+    assert drawn[name]["short (memory 4)"][1] == [0.0, 0.5] and drawn[name]["long (memory 9)"][1] == [0.0, 0.0]
 
 
 def test_no_sweep_for_envs_without_memory_or_one_length():

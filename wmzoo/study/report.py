@@ -39,7 +39,8 @@ is computed (:mod:`wmzoo.eval.verdicts`), never written:
 - **score against memory length**: for a memory task swept over two lengths or more
   (:class:`~wmzoo.hookspecs.EnvMemory`: BSuite Memory Length, POPGym RepeatPrevious and RepeatFirst
   with their fully observable controls at length 0), every row's score per length, the lengths it
-  solves (beats every baseline with its interval) and the longest, as a table and a figure;
+  solves (beats every baseline with its interval) and the longest, as a table and a figure, and
+  (online) each row's learning curve at the longest length it solves;
 - **wall time** of every done cell (its ``cell.json``), median and range over seeds per row and env;
 - **efficiency**: ``wmzoo bench`` of every backbone at the study's sizes (parameters, training
   and imagination frames/s, peak memory), all in this process one after the other;
@@ -853,6 +854,16 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
         curves_plot(folder / name, series, "memory length (steps back to the information)",
                     f"{score_label}, mean [95 % t]", title=task)
         figures[f"score against memory length {task}"] = name
+        hardest = {f"{label} (memory {r['longest_solved']})": report["curves"][env][label]
+                   for label, r in sweep["rows"].items() if r["longest_solved"] is not None
+                   for env in [sweep["envs"][sweep["steps"].index(r["longest_solved"])]]
+                   if label in report.get("curves", {}).get(env, {})}
+        if hardest and report["mode"] == "online":
+            name = f"memory-{task}-hardest-solved-curves.png"
+            curves_plot(folder / name, {k: (c["x"], c["mean"], c["low"], c["high"]) for k, c in hardest.items()},
+                        "env steps", "training-episode return, mean [95 % t]",
+                        title=f"{task}: each row at the longest length it solves")
+            figures[f"learning curves at the longest length solved {task}"] = name
     for env, series in report.get("memory", {}).items():
         name = f"gen-mse-per-step-{env}.png"
         curves_plot(folder / name, {label: (list(range(1, len(m["gen_mse_per_step"]) + 1)), m["gen_mse_per_step"],
