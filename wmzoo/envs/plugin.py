@@ -61,37 +61,6 @@ POPGYM_DIFFICULTIES = ("easy", "medium", "hard")
 BSUITE_MEMORY_LENGTHS = (*range(1, 11), 12, 14, 17, 20, 25, *range(30, 101, 10))
 BSUITE_DISCOUNTING_CHAIN_IDS = tuple(range(20))
 
-# How far back each POPGym task's answer lies at the latest step it is asked, per difficulty: RepeatPrevious
-# the suit k cards back (k = 4 / 32 / 64), RepeatFirst the first card, asked at every step up to the
-# last of num_cards - 1 (1 / 8 / 16 decks). tests/envs/test_pomdp.py reads both from POPGym's classes.
-POPGYM_MEMORY_STEPS = {"repeat-previous": (4, 32, 64), "repeat-first": (51, 415, 831)}
-
-
-def popgym_memory(name: str) -> EnvMemory | None:
-    """``popgym-<task>-<difficulty>``: steps of memory of the tasks in :data:`POPGYM_MEMORY_STEPS`
-    (0 for their ``-full`` controls, which observe the hidden state); other tasks: ``None``."""
-    base = name.lower().removesuffix("-full")
-    task, _, difficulty = base.removeprefix("popgym-").rpartition("-")
-    if task not in POPGYM_MEMORY_STEPS or difficulty not in POPGYM_DIFFICULTIES:
-        return None
-    full = base != name.lower()
-    return EnvMemory(f"popgym-{task}", 0 if full else POPGYM_MEMORY_STEPS[task][POPGYM_DIFFICULTIES.index(difficulty)])
-
-
-def bsuite_memory(name: str) -> EnvMemory | None:
-    """``bsuite-memory-len-<L>``: ``L - 1`` steps. BSuite's ``MemoryChain`` returns its first
-    observation twice (its step reports the observation of the time before it counts on), so the
-    context bit is in view in observations 0 and 1 and the answer follows observation ``L``. From
-    ``L`` = 2 on any policy without memory averages return 0 (the bit is ±1 with equal chance and
-    no observation the answer can see depends on it); at ``L`` = 1 the bit is still in view (no
-    memory needed: a control, no bound declared)."""
-    length = name.lower().removeprefix("bsuite-memory-len-")
-    if not name.lower().startswith("bsuite-memory-len-") or not length.isdigit():
-        return None
-    steps = int(length) - 1
-    return EnvMemory("bsuite-memory-len", steps, {"mean_return": 0.0} if steps > 0 else {})
-
-
 BABYAI_EXAMPLES = (
     "babyai-goto-red-ball-grey",
     "babyai-goto-local",
@@ -112,6 +81,17 @@ def _lazy_make(module: str, function: str = "make") -> Callable[..., gymnasium.E
     make.__qualname__ = make.__name__ = f"make_{module}"
     make.__doc__ = f"Make an environment of :mod:`wmzoo.envs.{module}`."
     return make
+
+
+def _lazy_memory(module: str, function: str) -> Callable[[str], EnvMemory | None]:
+    """``function(name)`` of ``wmzoo.envs.<module>`` (an :class:`EnvMemory` or ``None``), imported at
+    the first call; the module's env package is not imported."""
+
+    def memory(name: str) -> EnvMemory | None:
+        return getattr(importlib.import_module(f"wmzoo.envs.{module}"), function)(name)
+
+    memory.__qualname__ = memory.__name__ = function
+    return memory
 
 
 @hookimpl
@@ -193,7 +173,7 @@ def wmzoo_envs() -> list[EnvEntry]:
             "(discrete parts one-hot); suffix -full: POPGym's fully observable control (entry 'state')",
             examples=(*(f"popgym-{task}-{d}" for task in POPGYM_TASKS for d in POPGYM_DIFFICULTIES),
                       "popgym-stateless-cartpole-easy-full", "popgym-repeat-previous-easy-full"),
-            memory=popgym_memory,
+            memory=_lazy_memory("pomdp", "popgym_memory"),
         ),
         *(
             EnvEntry(
@@ -203,7 +183,7 @@ def wmzoo_envs() -> list[EnvEntry]:
                 extra="bsuite",
                 description=description,
                 examples=tuple(f"bsuite-{experiment}-{n}" for n in settings),
-                memory=bsuite_memory if experiment == "memory-len" else None,
+                memory=_lazy_memory("pomdp", "bsuite_memory") if experiment == "memory-len" else None,
             )
             for experiment, settings, description in (
                 ("memory-len", BSUITE_MEMORY_LENGTHS, "BSuite Memory Length (memory_len), bsuite-memory-len-<L> at "

@@ -74,6 +74,7 @@ from wmzoo.envs.plugin import BSUITE_DISCOUNTING_CHAIN_IDS, BSUITE_MEMORY_LENGTH
 from wmzoo.envs.state import StateDict, unit_actions
 from wmzoo.envs.wrappers import SeededAtBuild, SeedOnFirstReset, require, unknown_env
 from wmzoo.errors import WmzooError
+from wmzoo.hookspecs import EnvMemory
 
 POPGYM = "popgym-"
 FULL = "-full"
@@ -86,15 +87,49 @@ def popgym_names() -> tuple[str, ...]:
     return tuple(f"{POPGYM}{task}-{d}" for task in POPGYM_TASKS for d in POPGYM_DIFFICULTIES)
 
 
-def popgym_class(name: str) -> tuple[str, bool]:
-    """``(class name in popgym.envs, full)`` of a ``popgym-*`` name, or :func:`unknown_env`'s error."""
+def popgym_parts(name: str) -> tuple[str, str, bool]:
+    """``(task, difficulty, full)`` of a ``popgym-*`` name, or :func:`unknown_env`'s error."""
     base = name.lower()
     full = base.endswith(FULL)
     base = base.removesuffix(FULL) if full else base
     task, _, difficulty = base.removeprefix(POPGYM).rpartition("-")
     if not base.startswith(POPGYM) or task not in POPGYM_TASKS or difficulty not in POPGYM_DIFFICULTIES:
         raise unknown_env(name, [n.removeprefix(POPGYM) for n in popgym_names()], prefix=POPGYM)
+    return task, difficulty, full
+
+
+def popgym_class(name: str) -> tuple[str, bool]:
+    """``(class name in popgym.envs, full)`` of a ``popgym-*`` name, or :func:`unknown_env`'s error."""
+    task, difficulty, full = popgym_parts(name)
     return POPGYM_TASKS[task] + difficulty.capitalize(), full
+
+
+# How far back each POPGym task's answer lies at the latest step it is asked, per difficulty:
+# RepeatPrevious the suit k cards back (k = 4 / 32 / 64), RepeatFirst the first card, asked at every
+# step up to the last of num_cards - 1 (1 / 8 / 16 decks). tests/envs/test_pomdp.py reads both from
+# POPGym's classes.
+POPGYM_MEMORY_STEPS = {"repeat-previous": (4, 32, 64), "repeat-first": (51, 415, 831)}
+
+
+def popgym_memory(name: str) -> EnvMemory | None:
+    """``popgym-<task>-<difficulty>``: steps of memory of the tasks in :data:`POPGYM_MEMORY_STEPS`
+    (0 for their ``-full`` controls, which observe the hidden state); other tasks: ``None``."""
+    task, difficulty, full = popgym_parts(name)
+    if task not in POPGYM_MEMORY_STEPS:
+        return None
+    return EnvMemory(f"{POPGYM}{task}", 0 if full else POPGYM_MEMORY_STEPS[task][POPGYM_DIFFICULTIES.index(difficulty)])
+
+
+def bsuite_memory(name: str) -> EnvMemory | None:
+    """``bsuite-memory-len-<L>``: ``L - 1`` steps (the bit is in view in observations 0 and 1, see
+    the module docstring). From ``L`` = 2 on any policy without memory averages return 0 (the bit
+    is ±1 with equal chance and no observation the answer can see depends on it); at ``L`` = 1 the
+    bit is still in view (no memory needed: a control, no bound declared). Discounting Chain is
+    not a memory test: ``None``."""
+    if not name.lower().startswith(MEMORY_LEN):
+        return None
+    steps = _setting(name, MEMORY_LEN, BSUITE_MEMORY_LENGTHS) - 1
+    return EnvMemory(MEMORY_LEN.removesuffix("-"), steps, {"mean_return": 0.0} if steps > 0 else {})
 
 
 def popgym_actions(env: gym.Env, name: str) -> gym.Env:
