@@ -847,21 +847,23 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
         figures["performance profiles"] = "profiles.png"
     for task, sweep in report.get("memory_scaling", {}).items():
         name = f"memory-{task}.png"
-        series = {label: (sweep["steps"], *(np.array([np.nan if v is None else v for v in r[k]], float)
-                                            for k in ("mean", "low", "high"))) for label, r in sweep["rows"].items()}
-        series.update({b: (sweep["steps"], np.array([np.nan if v is None else v for v in values], float),
-                                          None, None) for b, values in sweep["baselines"].items()})
+        series = {label: (sweep["steps"], *(_nan_for_none(r[k]) for k in ("mean", "low", "high")))
+                  for label, r in sweep["rows"].items()}
+        series.update({b: (sweep["steps"], _nan_for_none(values), None, None) for b, values in sweep["baselines"].items()})
         curves_plot(folder / name, series, "memory length (steps back to the information)",
                     f"{score_label}, mean [95 % t]", title=task)
         figures[f"score against memory length {task}"] = name
-        hardest = {f"{label} (memory {r['longest_solved']})": report["curves"][env][label]
-                   for label, r in sweep["rows"].items() if r["longest_solved"] is not None
-                   for env in [sweep["envs"][sweep["steps"].index(r["longest_solved"])]]
-                   if label in report.get("curves", {}).get(env, {})}
-        if hardest and report["mode"] == "online":
+        if report["mode"] != "online":  # offline curves are training losses, not returns
+            continue
+        hardest = {}
+        for label, r in sweep["rows"].items():
+            env = None if r["longest_solved"] is None else sweep["envs"][sweep["steps"].index(r["longest_solved"])]
+            c = report["curves"].get(env, {}).get(label)
+            if c is not None:
+                hardest[f"{label} (memory {r['longest_solved']})"] = (c["x"], c["mean"], c["low"], c["high"])
+        if hardest:
             name = f"memory-{task}-hardest-solved-curves.png"
-            curves_plot(folder / name, {k: (c["x"], c["mean"], c["low"], c["high"]) for k, c in hardest.items()},
-                        "env steps", "training-episode return, mean [95 % t]",
+            curves_plot(folder / name, hardest, "env steps", "training-episode return, mean [95 % t]",
                         title=f"{task}: each row at the longest length it solves")
             figures[f"learning curves at the longest length solved {task}"] = name
     for env, series in report.get("memory", {}).items():
@@ -871,6 +873,11 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
                     "imagination step", "Gen. MSE", title=env, hlines=report["baselines"].get(env))
         figures[f"Gen. MSE per step {env}"] = name
     return figures
+
+
+def _nan_for_none(values: Sequence[float | None]) -> np.ndarray:
+    """``values`` as floats, ``None`` (no score) as NaN: a gap in a plotted line."""
+    return np.array([np.nan if v is None else v for v in values], float)
 
 
 def write_report(out: str | Path, reps: int = 10_000, bench: bool = True, video: bool = True) -> Path:
