@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from wmzoo.errors import WmzooError
 from wmzoo.eval.rollout import load_agent
 
 
@@ -27,7 +28,7 @@ def channel_survival(logdir: Path, frames: int) -> dict[str, object]:
     agent = load_agent(logdir / "checkpoint.safetensors")
     tokenizer = getattr(agent.world_model, "tokenizer", None)
     if tokenizer is None:
-        raise SystemExit(f"{logdir}: the {agent.run.backbone} world model has no tokenizer")
+        raise WmzooError(f"{logdir}: the {agent.run.backbone} world model has no tokenizer")
     chunks, obs = sorted((logdir / "replay").glob("*.npz"), reverse=True), []
     for chunk in chunks:
         with np.load(chunk) as data:
@@ -35,7 +36,7 @@ def channel_survival(logdir: Path, frames: int) -> dict[str, object]:
         if sum(len(o) for o in obs) >= frames:
             break
     if not obs:
-        raise SystemExit(f"{logdir}/replay: no chunk to read")
+        raise WmzooError(f"{logdir}/replay: no replay chunk to read")
     x = torch.as_tensor(np.concatenate(obs)[-frames:])
     with torch.no_grad():
         tokens = tokenizer.encode(x)
@@ -54,10 +55,14 @@ def channel_survival(logdir: Path, frames: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logdir", type=Path)
-    parser.add_argument("--frames", type=int, default=1000)
+    parser.add_argument("--frames", type=int, default=1000, help="newest replay frames decoded (>= 1)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(json.dumps(channel_survival(args.logdir, args.frames), indent=2))
+    try:
+        result = channel_survival(args.logdir, args.frames)
+    except (WmzooError, OSError, ValueError, KeyError) as exc:  # no run, a corrupt chunk, no 'obs' in it
+        parser.exit(2, f"tokenizer_channels: error: {exc}\n")
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

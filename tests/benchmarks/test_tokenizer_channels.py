@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from benchmark_scripts import load_script
@@ -45,3 +46,15 @@ def test_lit_cells_kept_and_false_lit_per_channel_over_the_newest_frames(tmp_pat
     assert result["channels"][2] == {"lit_per_frame": 0.0, "kept": None, "false_lit_per_frame": 1.0}
     assert result["distinct_tokens"] == 2
     assert script.channel_survival(tmp_path, frames=9)["channels"][1]["lit_per_frame"] == round((5 * 16 + 4 * 4) / 9, 3)
+
+
+def test_a_folder_without_a_run_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """Catches: a missing checkpoint or an empty replay ending in a traceback instead of one line."""
+    import sys
+
+    script = load_script("tokenizer_channels")
+    monkeypatch.setattr(sys, "argv", ["tokenizer_channels.py", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        script.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("tokenizer_channels: error: ") and err.count("\n") == 1
