@@ -140,6 +140,59 @@ def test_continuous_actions_are_clipped_and_std_is_bounded() -> None:
     assert torch.allclose(policy.dist(features).stddev, torch.tensor(0.1), atol=1e-6)
 
 
+def test_an_actor_output_of_zero_gives_dreamerv3s_initial_std() -> None:
+    """σ = (max − min) · sigmoid(0 + 2) + min (DreamerV3's offset). Catches: the + 2 dropped (σ 0.55, not 0.89)."""
+    policy = DreamerPolicy(tiny(), (FEATURES,), CONTINUOUS)
+    with torch.no_grad():
+        policy.actor.out.weight.zero_()
+        policy.actor.out.bias.zero_()
+    expected = 0.1 + 0.9 / (1 + math.exp(-2.0))
+    torch.testing.assert_close(policy.dist(torch.randn(3, FEATURES)).stddev, torch.full((3, 2), expected))
+
+
+def test_a_clipped_sample_passes_its_gradient_scaled_by_one_over_its_size() -> None:
+    """d a / d μ = 1 / max(1, |a_raw|) (the clip's divisor detached). Catches: the divisor not
+    detached, so a clipped action (±1) passes no gradient to the actor."""
+    policy = DreamerPolicy(tiny(actor_grad="backprop"), (FEATURES,), CONTINUOUS)
+    with torch.no_grad():
+        policy.actor.out.weight.zero_()
+        policy.actor.out.bias.copy_(torch.tensor([0.0, 0.0, 30.0, 30.0]))  # μ = tanh(0) = 0, σ = 1
+    torch.manual_seed(3)
+    action, _ = policy.act(torch.zeros(64, FEATURES), {}, temperature=4.0)
+    torch.manual_seed(3)  # the same draw, independently: N(0, σ · temperature)
+    raw = torch.distributions.Normal(torch.zeros(64, 2), torch.full((64, 2), 4.0)).rsample()
+    assert (raw.abs() > 1).float().mean() > 0.5  # most samples are clipped
+    torch.testing.assert_close(action, raw.clamp(-1, 1))
+    (grad,) = torch.autograd.grad(action.sum(), policy.actor.out.bias)
+    torch.testing.assert_close(grad[:2], (1 / raw.abs().clamp(min=1)).sum(0))  # tanh'(0) = 1
+
+
+def test_backprop_advantages_differentiate_returns_and_baseline_but_not_continues() -> None:
+    """The gradient of Σ_t (R_t − v_t) / S (H = 2) by hand: through every value, the baseline's
+    included, and the rewards; none into the continues. Catches: the baseline v(s_t) detached, a
+    gradient through the continues (which DreamerV3 takes as constants)."""
+    gamma, lam, scale = 0.9, 0.5, 2.0
+    policy = DreamerPolicy(tiny(actor_grad="backprop", gamma=gamma, lam=lam), (FEATURES,), CONTINUOUS).double()
+    with torch.no_grad():  # the critic starts at 0 everywhere: make its values depend on the features
+        for p in policy.critic.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(3, 2, FEATURES, generator=gen, dtype=torch.float64, requires_grad=True)
+    rewards = torch.randn(2, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    conts = torch.tensor([[0.9, 0.5], [1.0, 0.8]], dtype=torch.float64, requires_grad=True)
+    traj = Trajectory(features, torch.zeros(2, 2, 2), rewards, conts, torch.ones(3, 2))
+    policy.backprop_advantages(traj, torch.tensor(scale, dtype=torch.float64)).sum().backward()
+    c = conts.detach()
+    # Σ adv = R_0 − v_0 + R_1 − v_1 with R_1 = r_1 + γ c_1 v_2, R_0 = r_0 + γ c_0 ((1 − λ) v_1 + λ R_1)
+    d_value = torch.stack([-torch.ones(2), gamma * c[0] * (1 - lam) - 1, gamma * c[1] * (1 + gamma * c[0] * lam)])
+    d_reward = torch.stack([torch.ones(2), 1 + gamma * c[0] * lam])
+    leaf = features.detach().requires_grad_(True)
+    (value_grad,) = torch.autograd.grad(policy.value(leaf).sum(), leaf)  # d v(s_t) / d s_t
+    torch.testing.assert_close(features.grad, d_value[..., None] * value_grad / scale)
+    torch.testing.assert_close(rewards.grad, d_reward / scale)
+    assert conts.grad is None
+
+
 # --------------------------------------------------------------------------- loss terms
 
 
