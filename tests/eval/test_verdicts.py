@@ -19,6 +19,7 @@ from wmzoo.eval.verdicts import (
     separated,
     seeds_warning,
     smallest_p,
+    t_interval,
     welch_from_moments,
     welch_interval,
     wilson_interval,
@@ -157,3 +158,30 @@ def test_interval_verdict_holds_only_when_the_interval_clears_the_baseline():
     assert interval_verdict(*wilson_interval(150, 200), 0.53, False, "Wilson", 200).holds
     assert not interval_verdict(*wilson_interval(150, 200), 0.53, True, "Wilson", 200).holds
     assert interval_verdict(*wilson_interval(50, 200), 0.53, True, "Wilson", 200).holds
+
+
+def test_few_seeds_beat_a_baseline_only_on_its_better_side():
+    """At alpha 0.2, 4 seeds' smallest sign-flip p (0.125) can decide. Catches: the two-sided p
+    deciding alone, so scores far on the worse side of the baseline "beat" it."""
+    low, high = [1.0, 1.1, 0.9, 1.05], [9.0, 9.1, 8.9, 9.05]
+    cases = ((low, False, False), (high, False, True), (low, True, True), (high, True, False))
+    for scores, lower_is_better, holds in cases:
+        verdict = beats_baseline(scores, 5.0, lower_is_better, alpha=0.2)
+        assert verdict.p_value == pytest.approx(2 / 16) and verdict.holds is holds
+
+
+def test_unpaired_permutation_test_with_unequal_group_sizes():
+    """[0, 1] against [2, 3, 100], 10 relabellings: |mean difference| >= 34.5 (the observed one) for
+    the observed split and the 4 that put 100 in the pair (48 to 50.5), not for the other 5 (31.2
+    to 33.7): p = 0.5. Catches: both means divided by the first group's size (p = 1)."""
+    assert permutation_test([0.0, 1.0], [2.0, 3.0, 100.0], paired=False) == pytest.approx(0.5)
+    assert permutation_test([2.0, 3.0, 100.0], [0.0, 1.0], paired=False) == pytest.approx(0.5)
+
+
+def test_t_interval_by_hand():
+    """[1, 2, 3, 4, 5]: mean 3, sd sqrt(2.5) (n − 1), t(4 df) = 2.776. Catches: the population sd
+    (n), the t quantile of n (not n − 1) degrees of freedom."""
+    half = 2.776 * 2.5**0.5 / 5**0.5
+    assert t_interval([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx((3.0, 3.0 - half, 3.0 + half), abs=1e-9)
+    # two seeds: t(1 df) = 12.706, sd = |a − b| / sqrt(2)
+    assert t_interval([1.0, 3.0]) == pytest.approx((2.0, 2.0 - 12.706, 2.0 + 12.706), abs=1e-9)
