@@ -47,6 +47,18 @@ def test_two_hot_round_trip(values: list[float]) -> None:
     torch.testing.assert_close(decoded, target, rtol=2e-4, atol=1e-4)
 
 
+def test_two_hot_targets_beyond_the_bins_go_to_the_end_bins() -> None:
+    """symlog(target) outside [-20, 20] (|target| > 4.85e8) is all on the nearest end bin, its edges
+    too. Catches: the bucket clamped from 0 (a target at or below the lowest bin indexes bin -1)."""
+    dist = TwoHot(torch.zeros(5, 255))
+    edge = float(symexp(torch.tensor(20.0, dtype=torch.float64)))
+    weights = dist.encode(torch.tensor([-1e12, -edge, -1e9, edge, 1e12]))
+    expected = torch.zeros(5, 255)
+    expected[:3, 0] = 1.0
+    expected[3:, -1] = 1.0
+    torch.testing.assert_close(weights, expected)
+
+
 def test_two_hot_loss_gradient_is_softmax_minus_encoding() -> None:
     # -log_prob is the cross-entropy against the two-hot target: d/dlogits = softmax - two-hot.
     target = torch.tensor([3.0, -0.2, 150.0])
