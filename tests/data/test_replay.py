@@ -196,6 +196,17 @@ def test_stream_raises_without_a_long_enough_episode():
         next(replay.stream(2, 9))
 
 
+def test_stream_starts_at_an_episode_with_exactly_seq_len_rows_left():
+    """Its last 9 rows are one episode: a stream of 9-row windows reads it. Catches: an episode
+    start exactly ``seq_len`` rows before the stream's end not counted (searchsorted side "left"),
+    so the last episode of every stream, and a stream of one episode, is never read."""
+    replay = Replay(None, 100, chunk_size=4)
+    feed = Feed([8])
+    feed.add(replay, 0, tag=0, n=9)
+    tags, first = feed.check(next(replay.stream(2, 9)))
+    assert tags.tolist() == [0, 0] and first.tolist() == [0, 0]
+
+
 def test_continuous_actions():
     replay = Replay(None, 100, chunk_size=4)
     for i in range(10):
