@@ -345,3 +345,24 @@ def test_bsuite_memory_len_memory_and_memoryless_bound_are_exact(length):
     assert a[0][2] == a[1][2] == -b[0][2] == -b[1][2] != 0  # observations 0 and 1 show the bit
     np.testing.assert_array_equal(np.array(a[2:]), np.array(b[2:]))  # nothing after them does
     assert length > 1 or len(a[2:]) == 0
+
+
+def test_memory_declarations_are_checked_without_popgym_or_bsuite():
+    """They parse names only, so they are checked where neither package is installed (the checks
+    above against the packages' classes skip there). Catches: BSuite's steps taken as L (not L − 1),
+    a bound declared at L = 1, a ``-full`` control declaring memory, every difficulty read as easy."""
+    from wmzoo.envs.pomdp import bsuite_memory, popgym_memory
+
+    names = ("bsuite-memory-len-1", "bsuite-memory-len-2", "bsuite-memory-len-30")
+    assert {name: (m.task, m.steps, dict(m.memoryless)) for name in names if (m := bsuite_memory(name))} == {
+        "bsuite-memory-len-1": ("bsuite-memory-len", 0, {}),
+        "bsuite-memory-len-2": ("bsuite-memory-len", 1, {"mean_return": 0.0}),
+        "bsuite-memory-len-30": ("bsuite-memory-len", 29, {"mean_return": 0.0}),
+    }
+    assert bsuite_memory("bsuite-discounting-chain-3") is None
+    steps = {d: popgym_memory(f"popgym-repeat-previous-{d}").steps for d in ("easy", "medium", "hard")}
+    assert steps == {"easy": 4, "medium": 32, "hard": 64}
+    assert popgym_memory("popgym-repeat-first-hard").steps == 831
+    assert popgym_memory("popgym-repeat-first-hard-full").steps == 0
+    assert popgym_memory("popgym-repeat-first-medium").task == "popgym-repeat-first"
+    assert popgym_memory("popgym-autoencode-easy") is None

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from wmzoo.hookspecs import EnvMemory
 from wmzoo.study.report import (
     MEMORYLESS,
     assess,
@@ -76,6 +77,28 @@ def test_each_row_solves_the_lengths_where_it_beats_every_baseline_and_the_longe
     assert all(report["verdicts"][env]["guess"]["random policy"]["holds"] for env in ENVS)
     assert rows["short"]["mean"][2] == pytest.approx(np.mean(list(_table()["short"][ENVS[0]].values())))
     assert sweep["baselines"] == {MEMORYLESS: [0.0, 0.0, 0.0], "random policy": [-0.3, -0.3, -0.3]}
+
+
+def test_a_length_without_a_baseline_or_a_score_is_not_solved():
+    """memory_scaling on a hand-built report (no study, so no bsuite needed): length 9 has no
+    baseline, ``b`` no score at length 4. Catches: a length with no baseline called solved (every
+    one of its zero verdicts holds) and made the longest solved, lengths taken in the given order."""
+    memory = {"len-10": EnvMemory("len", 9), "len-2": EnvMemory("len", 1), "len-5": EnvMemory("len", 4)}
+    scores = {"a": {"len-2": 1.0, "len-5": 0.9, "len-10": 0.8}, "b": {"len-2": 0.7, "len-10": 0.6}}
+    baselines = {"len-2": {"random policy": 0.0}, "len-5": {"random policy": 0.1}}
+    report = {
+        "baselines": baselines,
+        "per_env": {env: {label: {"mean": by_env[env], "low": by_env[env] - 0.1, "high": by_env[env] + 0.1}
+                          for label, by_env in scores.items() if env in by_env} for env in memory},
+        "verdicts": {env: {label: {name: {"holds": True} for name in baselines.get(env, {})}
+                           for label, by_env in scores.items() if env in by_env} for env in memory},
+    }
+    sweep = memory_scaling(report, memory)["len"]
+    assert sweep["steps"] == [1, 4, 9] and sweep["envs"] == ["len-2", "len-5", "len-10"]
+    assert sweep["rows"]["a"]["solved"] == [True, True, None] and sweep["rows"]["a"]["longest_solved"] == 4
+    assert sweep["rows"]["b"]["solved"] == [True, None, None] and sweep["rows"]["b"]["longest_solved"] == 1
+    assert sweep["rows"]["b"]["mean"] == [0.7, None, 0.6]
+    assert sweep["baselines"] == {"random policy": [0.0, 0.1, None]}
 
 
 def test_the_sweep_is_a_table_and_a_figure(tmp_path):
