@@ -20,6 +20,7 @@ from wmzoo.eval.verdicts import (
     seeds_warning,
     smallest_p,
     t_interval,
+    t_quantile,
     welch_from_moments,
     welch_interval,
     wilson_interval,
@@ -185,3 +186,21 @@ def test_t_interval_by_hand():
     assert t_interval([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx((3.0, 3.0 - half, 3.0 + half), abs=1e-9)
     # two seeds: t(1 df) = 12.706, sd = |a − b| / sqrt(2)
     assert t_interval([1.0, 3.0]) == pytest.approx((2.0, 2.0 - 12.706, 2.0 + 12.706), abs=1e-9)
+
+
+def test_the_t_table_reaches_30_degrees_of_freedom():
+    """31 seeds: t(30 df) = 2.042; the normal 1.96 only beyond. Catches: the table's last row
+    (30 df) skipped by an off-by-one bound, in the interval over seeds or in ``t_quantile``."""
+    assert t_quantile(30) == 2.042 and t_quantile(31) == 1.96
+    values = np.arange(31.0)
+    half = 2.042 * values.std(ddof=1) / 31**0.5
+    assert t_interval(values) == pytest.approx((15.0, 15.0 - half, 15.0 + half), abs=1e-9)
+
+
+def test_unpaired_seeds_below_five_on_one_side_use_the_permutation_test():
+    """5 seeds against 3: the smaller side decides, so the exact test over C(8, 3) = 56 relabellings,
+    of which only the observed one is as extreme (p = 1 / 56). Catches: the larger side's count
+    deciding (a Welch interval over 3 seeds)."""
+    verdict = separated({i: float(i) for i in range(5)}, {i: 50.0 + i for i in range(3)}, paired=False)
+    assert verdict.low is None and verdict.seeds == 3 and "56 relabellings" in verdict.method
+    assert verdict.p_value == pytest.approx(1 / 56) and verdict.holds
