@@ -272,17 +272,3 @@ def test_imagination_starts_of_the_policys_own_segments() -> None:
     assert torch.equal(start["tokens"], tokens[:, -1]) and int(start["length"][0]) == wm.K
     torch.testing.assert_close(burn_in.features, wm.tokenizer.decode(tokens[:, 2:4]))  # burn_in 2
     assert torch.equal(burn_in.is_first, segments.is_first[:, 2:]) and cont.shape == (2,)
-
-
-def test_an_imagination_start_at_a_terminal_observation_has_weight_zero() -> None:
-    """Row 1's last frame is terminal; row 2's follows a terminal row but starts a new episode.
-    Catches: the start's continue read at the frame before the start (or not at all)."""
-    wm = _model(side=2, max_blocks=4)
-    segments = synthetic_batch(ENV, 3, 5, torch.device("cpu"))
-    segments.is_first[:] = False
-    segments.terminal[:] = False
-    segments.terminal[1:, 3] = True
-    segments.is_first[2, 4] = True
-    with torch.no_grad():
-        _, cont, _ = wm.imagination_starts(segments)
-    assert cont.tolist() == [1.0, 0.0, 1.0]

@@ -269,17 +269,3 @@ def test_imagination_starts_of_the_policys_own_segments():
     torch.testing.assert_close(burn_in.features, wm.tokenizer.embed(tokens[:, :-1]).transpose(2, 3).unflatten(3, (4, 4)))
     assert torch.equal(burn_in.actions, segments.action[:, :-1])
     assert torch.equal(burn_in.is_first, segments.is_first) and cont.shape == (3,)
-
-
-def test_an_imagination_start_at_a_terminal_observation_has_weight_zero():
-    """Row 1's last frame is terminal (no action follows it); row 2's follows a terminal row but
-    starts a new episode. Catches: the start's continue not taken from the segment (every start
-    imagined with weight 1), or read across the episode boundary."""
-    wm = _model(5)
-    segments = _batch(5, 3, 6, False)
-    segments.terminal[:] = False
-    segments.terminal[1:, 4] = True
-    segments.is_first[2, 5] = True
-    with torch.no_grad():
-        _, cont, _ = wm.imagination_starts(segments)
-    assert cont.tolist() == [1.0, 0.0, 1.0]
