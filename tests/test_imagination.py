@@ -65,6 +65,19 @@ def test_start_cont_zeroes_weights_of_terminal_starts():
     assert torch.equal(traj.weights[:, 0], torch.ones(5))
 
 
+def test_the_trajectory_keeps_the_policy_state_it_started_from():
+    """A recurrent policy's state given at the start (a burned-in one) is the trajectory's, so the
+    policy can rerun the rollout from it. Catches: the policy's initial state (or the state after the
+    last step) recorded instead of the given one."""
+    def counting(features: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        return torch.ones(features.shape[0], dtype=torch.long), {"n": state["n"] + 1}
+
+    start = {"x": torch.zeros(2, dtype=torch.long)}
+    given = {"n": torch.tensor([7, 9])}
+    traj = imagine(CounterModel(limit=100), counting, start, 4, policy_state=given)  # type: ignore[arg-type]
+    assert traj.policy_state.keys() == {"n"} and traj.policy_state["n"].tolist() == [7, 9]
+
+
 def test_random_actions_are_in_range():
     act = random_actions(5, discrete=True, generator=torch.Generator().manual_seed(0))
     actions = torch.cat([act(torch.zeros(64, 3), {})[0] for _ in range(10)])
