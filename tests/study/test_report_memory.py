@@ -4,6 +4,7 @@ known answers: per-seed scores given, through the report's own functions."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from wmzoo.study.spec import study_from_dict
 # given out of order: the sweep must order them by memory length
 ENVS = ["bsuite-memory-len-10", "bsuite-memory-len-2", "bsuite-memory-len-5"]
 SEEDS = 5
+needs_bsuite = pytest.mark.skipif(
+    importlib.util.find_spec("bsuite") is None,
+    reason="a study naming bsuite-memory-len-* envs is checked against the installed envs: pip install 'wmzoo[bsuite]'")
 
 
 def _table() -> dict[str, dict[str, dict[int, float]]]:
@@ -52,6 +56,7 @@ def _report() -> tuple[dict[str, Any], dict[str, Any]]:
     return report, memory
 
 
+@needs_bsuite
 def test_the_memoryless_bound_joins_the_random_policy_as_a_baseline():
     """Catches: the env's declared bound not reaching the baselines (or under another score's name),
     the random policy's value dropped when the bound is added."""
@@ -64,6 +69,7 @@ def test_the_memoryless_bound_joins_the_random_policy_as_a_baseline():
     assert with_memoryless({}, env_memory(["bsuite-memory-len-1"]), "mean_return") == {}
 
 
+@needs_bsuite
 def test_each_row_solves_the_lengths_where_it_beats_every_baseline_and_the_longest_is_named():
     """Catches: lengths not ordered by memory length, a length called solved on beating the random
     policy alone (``guess``), the longest solved taken as the last length or the first."""
@@ -101,6 +107,7 @@ def test_a_length_without_a_baseline_or_a_score_is_not_solved():
     assert sweep["baselines"] == {"random policy": [0.0, 0.1, None]}
 
 
+@needs_bsuite
 def test_the_sweep_is_a_table_and_a_figure(tmp_path):
     """Catches: the section or figure missing, the solved marks or longest column wrong in the text."""
     report, _ = _report()
@@ -117,6 +124,7 @@ def test_the_sweep_is_a_table_and_a_figure(tmp_path):
     assert "learning curves at the longest length solved bsuite-memory-len" not in figures  # no curves given
 
 
+@needs_bsuite
 def test_the_learning_curve_of_each_row_is_drawn_at_the_longest_length_it_solves(tmp_path, monkeypatch):
     """Catches: the curve taken at the first or last length instead of the longest solved one, a
     row that solves nothing drawn."""
@@ -135,6 +143,7 @@ def test_the_learning_curve_of_each_row_is_drawn_at_the_longest_length_it_solves
     assert drawn[name]["short (memory 4)"][1] == [0.0, 0.5] and drawn[name]["long (memory 9)"][1] == [0.0, 0.0]
 
 
+@needs_bsuite
 def test_no_sweep_for_envs_without_memory_or_one_length():
     """Catches: a sweep drawn over one length, or over envs that declare no memory."""
     report, memory = _report()
@@ -142,6 +151,7 @@ def test_no_sweep_for_envs_without_memory_or_one_length():
     assert env_memory(["minigrid-empty-5x5", "bsuite-discounting-chain-0"]) == {}
 
 
+@needs_bsuite
 def test_wall_time_per_cell_counts_done_cells_only(tmp_path):
     """Catches: a running or failed cell's seconds in the median, cells of two envs pooled."""
     cells = []
