@@ -440,6 +440,10 @@ def test_the_first_plugin_in_a_fixed_order_keeps_a_duplicate_name(monkeypatch, r
     }
     hints = {f.dist: f.hint for f in r.failures}
     assert hints["alpha-dist"] == "uninstall one of the two, or skip this one: WMZOO_BLOCK_PLUGINS=alpha"
+    # `wmzoo list` names the plugin and distribution that kept each name
+    rows = {(x.name, x.kind): x for x in r.listings()}
+    assert [(rows[(n, "backbone")].plugin, rows[(n, "backbone")].distribution) for n in ("dup", "shared", "z2")] == [
+        ("zzz-bundled", "wmzoo"), ("alpha", "alpha-dist"), ("zeta", "other-zeta-dist")]
 
 
 # --------------------------------------------------------------------------- --kind
@@ -470,6 +474,21 @@ def test_list_kind_through_the_cli(capsys):
         "wmzoo: error: unknown kind 'backbnoes'; known: backbone, env, policy, plugin "
         "(plurals and environment(s) work too)\n"
     )
+
+
+def test_list_names_the_plugin_that_provides_each_backbone(capsys):
+    # Catches: `wmzoo list` not saying which plugin (entry point, distribution) provides a
+    # backbone, so a name two plugins provide cannot be traced to the one that kept it.
+    from wmzoo.cli import main
+
+    assert main(["list", "--kind", "backbone", "--format", "json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert (rows["rssm"]["plugin"], rows["rssm"]["distribution"]) == ("rssm", "wmzoo")
+    assert (rows["tssm-xl"]["plugin"], rows["tssm-xl"]["distribution"]) == ("tssm-xl", "wmzoo")
+    assert main(["list", "--kind", "backbone"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if line.split() and line.split()[0] == "rssm")
+    assert out[at + 2].strip() == "plugin: rssm (wmzoo)"
 
 
 def test_envs_list_in_natural_order_and_plugins_say_when_none_failed(capsys):

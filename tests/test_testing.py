@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 import wmzoo.testing
-from wmzoo.interfaces import Batch
+from wmzoo.interfaces import Batch, EnvInfo
 from wmzoo.nn import gaussian_sample, modes
 from wmzoo.nn.heads import sample_class
 from wmzoo.registry import build_world_model, list_backbones, world_model_spec
@@ -133,3 +133,22 @@ def test_contributing_lists_every_published_check() -> None:
     ]
     missing = [name for name in published if f"`{name}" not in text and f"/ `{name}" not in text]
     assert "check_parallel_equals_recurrent" in published and not missing, missing
+
+
+def test_check_backbone_checks_the_dict_and_vector_paths_of_a_backbone_that_observes_any(monkeypatch) -> None:
+    # Catches: an observations="any" backbone checked on pixels only (its vector encoder and
+    # decoder never built), an image-only backbone built for a spec it refuses, or an explicit
+    # env= ignored or joined by the defaults.
+    checked: list[tuple[str, str]] = []
+    monkeypatch.setattr(wmzoo.testing, "check_world_model", lambda wm, env: checked.append((type(wm).__name__, env.name)))
+    wmzoo.testing.check_backbone("rssm")  # observations="any"
+    assert [env for _, env in checked] == ["check-32x32", "check-dict-32x32"]
+    checked.clear()
+    wmzoo.testing.check_backbone("iris")  # observations="image"
+    assert [env for _, env in checked] == ["check-32x32"]
+    checked.clear()
+    continuous = EnvInfo("check-c", (3, 32, 32), 2, discrete=False)
+    wmzoo.testing.check_backbone("rssm", env=continuous)
+    assert [env for _, env in checked] == ["check-c"]
+    assert wmzoo.testing.CHECK_DICT_ENV.obs_spec["state"].kind == "vector" and not wmzoo.testing.CHECK_DICT_ENV.pixel
+

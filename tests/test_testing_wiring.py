@@ -3,11 +3,17 @@ names (a check that cannot fail is a defect), and sharpened heads are sharp."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 import wmzoo.nn.heads as heads
-from wmzoo.nn.distributions import TwoHot, modes, symlog
+from wmzoo.interfaces import Batch, EnvInfo, State, Step, TrainOutput, WorldModel, filter_rows
+from wmzoo.nn.distributions import TwoHot, gaussian_sample, modes, symlog
+from wmzoo.nn.heads import RewardContinueHeads, encode_action
 from wmzoo.nn.mlp import MLP
 from wmzoo.registry import build_world_model, world_model_spec
 from wmzoo.testing import CHECK_ENV, synthetic_batch
@@ -57,3 +63,96 @@ def test_the_mask_check_fails_on_a_loss_that_reads_the_transition_into_a_new_epi
     monkeypatch.setattr(heads, "reward_cont_targets", lambda b: (*targets(b)[:2], torch.ones_like(targets(b)[2])))
     with pytest.raises(AssertionError, match="a mask is missing"):
         wiring.check_episode_masks(wm, batch)
+
+
+class GaussianWM(WorldModel):
+    """A minimal world model with a Gaussian latent: ``h_t = GRU(h_{t-1}, [z_{t-1}, a_{t-1}])``,
+    posterior ``q(z_t | h_t, x_t)``, prior ``p(z_t | h_t)``, both drawn with ``gaussian_sample``,
+    heads on ``[h_t, z_t]``. ``bug``: ``"reward_before_action"`` (imagination reads the reward
+    from the state before the action) or ``"target_late"`` (the loss trains the reward head at
+    ``t + 1`` on ``reward[t + 1]``, a step late)."""
+
+    def __init__(self, env: EnvInfo, bug: str = "") -> None:
+        super().__init__()
+        self.env, self.spec, self.bug = env, None, bug
+        self.deter, self.latent = 16, 4
+        self.embed = nn.Linear(3 * 32 * 32, 16)
+        self.gru = nn.GRUCell(self.latent + env.num_actions, self.deter)
+        self.prior = nn.Linear(self.deter, 2 * self.latent)
+        self.post = nn.Linear(self.deter + 16, 2 * self.latent)
+        self.feature_shape = (self.deter + self.latent,)
+        self.heads = RewardContinueHeads(self.deter + self.latent, 16, 1)
+
+    def _gauss(self, out: Tensor) -> Tensor:
+        mean, std = out.chunk(2, -1)
+        return gaussian_sample(mean, F.softplus(std) + 0.1)
+
+    def components(self):
+        return {"model": (list(self.parameters()), None)}
+
+    def initial_state(self, batch_size: int) -> State:
+        return {"h": torch.zeros(batch_size, self.deter), "z": torch.zeros(batch_size, self.latent)}
+
+    def features(self, state: State) -> Tensor:
+        return torch.cat([state["h"], state["z"]], -1)
+
+    def decode(self, state: State) -> Tensor:
+        raise NotImplementedError
+
+    def observe_step(self, state, obs, prev_action, is_first) -> State:
+        keep = (~is_first).float().unsqueeze(-1)
+        h = self.gru(torch.cat([state["z"] * keep, encode_action(prev_action, self.env) * keep], -1), state["h"] * keep)
+        e = self.embed(obs.flatten(1).float() / 255)
+        return {"h": h, "z": self._gauss(self.post(torch.cat([h, e], -1)))}
+
+    def imagine_step(self, state: State, action: Tensor) -> Step:
+        h = self.gru(torch.cat([state["z"], encode_action(action, self.env)], -1), state["h"])
+        new = {"h": h, "z": self._gauss(self.prior(h))}
+        reward, cont = self.heads.predict(self.features(new))
+        if self.bug == "reward_before_action":
+            reward = self.heads.predict(self.features(state))[0]
+        return Step(new, reward, cont, self.features(new))
+
+    def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
+        feat = torch.stack([self.features(s) for s in filter_rows(self, batch)], 1)
+        if self.bug == "target_late":
+            batch = Batch(batch.obs, batch.action, torch.cat([batch.reward[:, 1:], batch.reward[:, -1:]], 1),
+                          batch.terminal, batch.is_first)
+        reward, cont, _ = self.heads.loss(feat, batch)
+        return TrainOutput(losses={"model": reward + cont}, metrics={}, features=feat)
+
+
+def _gaussian(bug: str = "") -> GaussianWM:
+    torch.manual_seed(0)
+    wm = GaussianWM(CHECK_ENV, bug).eval()
+    wiring.sharpen(wm.heads.cont)
+    wiring.sharpen_two_hot(wm.heads.reward)
+    return wm
+
+
+def test_gaussian_teacher_forcing_passes_a_gaussian_latent_read_where_the_loss_reads_it() -> None:
+    wm = _gaussian()
+    batch = synthetic_batch(CHECK_ENV, 2, 6, torch.device("cpu"), seed=43)
+    with modes():
+        traj = wiring.check_imagined_rewards_and_ends(wm, batch, wiring.gaussian_teacher_forcing(wm, batch))
+        trained = wm.loss(batch).features
+    # every imagined step took the posterior latent after the recorded row it replays
+    torch.testing.assert_close(traj.features[1:].transpose(0, 1), trained[:, 1:])
+    # without the forcing imagination takes the prior's own mean, and the check sees the mismatch
+    with modes(), pytest.raises(AssertionError, match="differ"):
+        wiring.check_imagined_rewards_and_ends(wm, batch, contextlib.nullcontext)
+
+
+@pytest.mark.parametrize("bug", ["reward_before_action", "target_late"])
+def test_gaussian_teacher_forcing_catches_a_reward_read_a_step_off(bug: str) -> None:
+    wm = _gaussian(bug)
+    batch = synthetic_batch(CHECK_ENV, 2, 6, torch.device("cpu"), seed=43)
+    with modes(), pytest.raises(AssertionError, match="the imagined reward belongs to another step"):
+        wiring.check_imagined_rewards_and_ends(wm, batch, wiring.gaussian_teacher_forcing(wm, batch))
+
+
+def test_gaussian_teacher_forcing_refuses_a_draw_that_is_not_the_latent() -> None:
+    wm = _gaussian()
+    batch = synthetic_batch(CHECK_ENV, 2, 6, torch.device("cpu"), seed=43)
+    with modes(), pytest.raises(AssertionError, match=r"is not state\['h'\]"):
+        wiring.check_imagined_rewards_and_ends(wm, batch, wiring.gaussian_teacher_forcing(wm, batch, key="h"))

@@ -361,6 +361,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {r.name:<{width}} {status:<14} {r.description if r.available else ''}".rstrip())
             if r.observations:
                 print(f"  {'':<{width}} {'':<14} observations: {r.observations}")
+            if kind == "backbone" and r.plugin:
+                source = f"{r.plugin} ({r.distribution})" if r.distribution else f"{r.plugin} (registered in-process)"
+                print(f"  {'':<{width}} {'':<14} plugin: {source}")
             if r.hint:
                 print(f"  {'':<{width}} {'':<14} {r.hint}")
     return 0

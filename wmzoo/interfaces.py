@@ -295,7 +295,16 @@ class Step:
 
 @dataclass
 class Filtered:
-    """What :meth:`WorldModel.observe_sequence` returns for a batch of ``T`` real rows."""
+    """What :meth:`WorldModel.observe_sequence` returns for a batch of ``T`` real rows.
+
+    - ``state``: the state after the last row (a batch-first dict, as :meth:`WorldModel.observe`
+      returns): observe on from it, or imagine from it.
+    - ``rewards``: float ``[B, T − 1]``, the predicted reward of each transition ``t`` (row ``t`` →
+      row ``t + 1``: the reward of ``action[:, t]``, whose target is ``reward[:, t]``), read where
+      the backbone's loss trains its reward head. There is no entry for the last row (its
+      transition leaves the batch). :func:`wmzoo.testing.check_world_model` checks the shape;
+      :func:`wmzoo.testing.check_parallel_equals_recurrent` that both forms (``step``) agree.
+    """
 
     state: State  # after the last row: observe on from it, or imagine from it
     rewards: Tensor  # [B, T - 1] the predicted reward of each transition t (row t → row t + 1)
@@ -500,7 +509,11 @@ class WorldModel(nn.Module, ABC):
         one form: :meth:`observe_step` row by row, and transition ``t``'s reward is
         ``imagine_step(state after row t, action[t]).reward``, predicted before row ``t + 1`` is
         seen, which is where the token backbones (IRIS, REM, Δ-IRIS) read the reward in training
-        too. A backbone whose reward head reads the state after row ``t + 1`` overrides it.
+        too. A backbone whose loss reads the reward head on the state after row ``t + 1`` (the
+        posterior: RSSM, S4WM, TSSM-XL, any model trained with
+        :meth:`wmzoo.nn.RewardContinueHeads.loss`) must override it to read the head there
+        (:class:`wmzoo.nn.LatentWorldModel` does); nothing detects the mismatch, since both
+        readings have the right shape. Returns a :class:`Filtered` (``rewards`` ``[B, T − 1]``).
         """
         T = batch.shape[1]
         rewards = []

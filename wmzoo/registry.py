@@ -156,6 +156,8 @@ class Listing:
     description: str = ""
     hint: str = ""  # a backbone's: the extra that installs the environments its paper evaluates on
     observations: str = ""  # a backbone's: the observation specs it models (BackboneEntry.observations)
+    plugin: str = ""  # the plugin that provides it: its entry-point name (or in-process registration name)
+    distribution: str = ""  # the plugin's distribution ("wmzoo" for a bundled one; "" in-process)
 
 
 class Registry:
@@ -349,10 +351,12 @@ class Registry:
                 if kind == "backbone":
                     hint = self.backbone_hint(name)
                 observations = OBSERVATIONS.get(getattr(entry, "observations", ""), "") if kind == "backbone" else ""
-                rows.append(Listing(name, kind, ok, reason, entry.description, hint, observations))
+                plugin = self._owners.get((kind, name), "")
+                dist = self.dists.get(plugin, "")
+                rows.append(Listing(name, kind, ok, reason, entry.description, hint, observations, plugin, dist))
                 if kind == "env":  # a family's named examples, and aliases, are runnable names too
                     for other in (*entry.examples, *entry.aliases):
-                        rows.append(Listing(other, kind, ok, reason, f"see {name}"))
+                        rows.append(Listing(other, kind, ok, reason, f"see {name}", plugin=plugin, distribution=dist))
         for failure in sorted(self.failures, key=lambda f: (f.name, f.reason)):
             reason = f"{failure.reason}; try: {failure.hint}"
             rows.append(Listing(failure.name, failure.kind, False, reason))

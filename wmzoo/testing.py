@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from wmzoo.imagination import imagine, random_actions
-from wmzoo.interfaces import Batch, EnvInfo, State, TrainOutput, WorldModel, filter_rows, map_obs, obs_entries, pack_obs
+from wmzoo.interfaces import (
+    Batch, EnvInfo, ObsEntry, State, TrainOutput, WorldModel, filter_rows, map_obs, obs_entries, pack_obs,
+)
 from wmzoo.config import run_presets
 from wmzoo.nn.distributions import modes
 from wmzoo.optim import step_components, world_model_optimizers
@@ -24,6 +26,12 @@ from wmzoo.registry import build_world_model, default_registry, world_model_spec
 from wmzoo.specs import TRAIN_PRESETS, TrainSpec, merge
 
 CHECK_ENV = EnvInfo(name="check-32x32", obs_shape=(3, 32, 32), num_actions=4)
+# the second env check_backbone uses for a backbone that declares observations="any": an image and
+# a vector entry, so the dict and vector paths (ObsEncoder's MLP, the vector decoder) are checked too
+CHECK_DICT_ENV = EnvInfo(
+    name="check-dict-32x32", obs_shape=None, num_actions=4,
+    obs_space={"image": ObsEntry((3, 32, 32), "uint8"), "state": ObsEntry((5,), "float32")},
+)
 
 
 def _check_state(state: State, batch: int, where: str) -> None:
@@ -200,8 +208,17 @@ def check_behaviour(name: str) -> tuple[float, float]:
     return check_reward_sign(wm, updates=check.updates)
 
 
-def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo = CHECK_ENV) -> None:
+def check_backbone(
+    name: str, preset: str = "tiny", overrides: Mapping[str, Any] | None = None, env: EnvInfo | None = None
+) -> None:
     """Build the registered backbone ``name`` at ``preset`` and run :func:`check_world_model`.
+
+    ``env``: the :class:`~wmzoo.interfaces.EnvInfo` to build it for. By default
+    :data:`CHECK_ENV` (3×32×32 pixels, 4 discrete actions) and, for a backbone whose entry declares
+    ``observations="any"``, also :data:`CHECK_DICT_ENV` (a 3×32×32 ``image`` and a 5-float
+    ``state`` vector), so its dict and vector paths are checked too. Given, only that env (e.g.
+    continuous actions: ``EnvInfo("c", (3, 32, 32), 2, discrete=False)``; a vector-only spec:
+    ``EnvInfo("v", None, 3, obs_space={"state": ObsEntry((5,), "float32")})``).
 
     The registry has already checked the entry itself (the three standard presets, each a valid
     instance of its spec; each run preset naming one of them, a trainer preset and a valid
@@ -216,7 +233,9 @@ def check_backbone(name: str, preset: str = "tiny", overrides: Mapping[str, Any]
         assert combo.policy in policy.presets, f"{where} names policy preset {combo.policy!r}, which {policy.name!r} lacks"
         TrainSpec.model_validate(merge(TRAIN_PRESETS[combo.train].model_dump(), dict(combo.schedule)))
     spec = world_model_spec(name, preset, overrides)
-    check_world_model(build_world_model(name, spec, env), env)
+    envs = [env] if env is not None else [CHECK_ENV, *([CHECK_DICT_ENV] if entry.observations == "any" else [])]
+    for info in envs:
+        check_world_model(build_world_model(name, spec, info), info)
 
 
 def check_stochastic_features(wm: WorldModel, state: State, seed: int = 0, key: str = "stoch") -> None:

@@ -5,38 +5,60 @@ so a head read one position off its target, or a term that should be masked, cha
 less than float tolerance. Here the heads are made sharp first (:func:`sharpen`), and what
 imagination predicts is compared with what the loss scores, through the generic engine::
 
+    from wmzoo.nn import modes
     from wmzoo.testing_wiring import check_episode_masks, check_imagined_rewards_and_ends, sharpen, sharpen_two_hot
 
     sharpen(wm.heads.cont)
     sharpen_two_hot(wm.heads.reward)
-    check_imagined_rewards_and_ends(wm, batch, forcing)   # forcing: see teacher_forced_imagination
-    check_episode_masks(wm, batch_with_an_episode_start_inside)
+    with modes():                                         # the check does not enter it itself
+        check_imagined_rewards_and_ends(wm, batch, forcing)
+        check_episode_masks(wm, batch_with_an_episode_start_inside)
 
-:func:`latent_teacher_forcing` is the ``forcing`` of a backbone whose state is a ``deter`` and a
-one-hot ``stoch`` (RSSM, S4WM, TSSM-XL); a token backbone writes its own (a sampler returning
-the recorded tokens).
+``forcing`` (a :class:`Forcing`) is a function of no argument returning a context manager;
+within it, the k-th call of ``wm.imagine_step`` (k = 0, 1, ...) reproduces the recorded
+transition ``k → k + 1`` of ``batch``: whatever imagination samples (tokens, a stochastic latent)
+is replaced by what the training forward computes from the recorded rows. Ready-made ones:
+
+- :func:`latent_teacher_forcing` for a state of a ``deter`` and a one-hot ``stoch`` drawn from a
+  prior module's logits (RSSM, S4WM, TSSM-XL);
+- :func:`gaussian_teacher_forcing` for a float latent (a Gaussian ``z``) that ``imagine_step``
+  draws once per call through :func:`wmzoo.nn.gaussian_sample`;
+- a token backbone writes its own (a sampler patched to return the recorded tokens:
+  ``tests/plugins/iris/test_wiring.py``).
+
+:func:`check_imagined_rewards_and_ends` calls ``forcing()`` around imagination only and computes
+the loss outside it, without entering :func:`wmzoo.nn.modes`: a backbone that samples in its loss
+is checked inside ``with modes():`` (as above), so the loss's posterior is the one forced.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
 from wmzoo.imagination import imagine, replay_actions
 from wmzoo.interfaces import Batch, State, Trajectory, WorldModel, filter_rows
-from wmzoo.nn.distributions import modes, symlog
+from wmzoo.nn.distributions import forced_gaussians, modes, symlog
 
-Forcing = Callable[[], AbstractContextManager]
-"""A function of no argument returning a context manager within which the k-th call of the
-backbone's ``imagine_step`` (k = 0, 1, ...) reproduces the recorded transition ``k → k + 1`` of
-the batch: whatever it samples (tokens, a stochastic latent, an observation's correction) is
-replaced by what the training forward computes from the recorded data, and any other sampling
-(a sampled reward or end) takes the mode."""
+
+class Forcing(Protocol):
+    """A function of no argument returning a context manager within which the k-th call of the
+    backbone's ``imagine_step`` (k = 0, 1, ...) reproduces the recorded transition ``k → k + 1`` of
+    the batch: whatever it samples (tokens, a stochastic latent, an observation's correction) is
+    replaced by what the training forward computes from the recorded data, and any other sampling
+    (a sampled reward or end) takes the mode. :func:`check_imagined_rewards_and_ends` calls it
+    once, after filtering row 0 and before imagining ``T − 1`` steps; build the recorded values
+    inside the call (the weights are final then). :func:`latent_teacher_forcing` and
+    :func:`gaussian_teacher_forcing` return one; a plain ``@contextmanager`` function of no
+    argument is one too."""
+
+    def __call__(self) -> AbstractContextManager: ...
 
 
 def _redraw(module: nn.Module, g: torch.Generator) -> nn.Linear:
@@ -121,6 +143,12 @@ def check_imagined_rewards_and_ends(
 ) -> Trajectory:
     """Teacher-forced imagination predicts, for every transition, the reward and end the loss
     trains: its targets are what the loss scores best. Returns the imagined trajectory.
+
+    ``forcing`` (:class:`Forcing`): a function of no argument returning a context manager within
+    which the k-th ``imagine_step`` reproduces the recorded transition ``k → k + 1``
+    (:func:`latent_teacher_forcing`, :func:`gaussian_teacher_forcing`, or your own). Only
+    imagination runs inside it; the loss runs outside, and this check does not enter
+    :func:`wmzoo.nn.modes`: call it inside ``with modes():`` when the loss samples.
 
     The heads must be sharp (:func:`sharpen`) and ``batch`` one episode per row (``T ≥ 4``). The
     batch's reward and terminal are set to imagination's predictions for transitions ``0..T−3``
@@ -226,7 +254,7 @@ def check_episode_masks(wm: WorldModel, batch: Batch) -> None:
 
 
 def latent_teacher_forcing(wm: WorldModel, batch: Batch, prior: nn.Module) -> Forcing:
-    """The :data:`Forcing` of a backbone whose state is a ``deter`` and a one-hot ``stoch`` drawn
+    """The :class:`Forcing` of a backbone whose state is a ``deter`` and a one-hot ``stoch`` drawn
     from the logits of its ``prior`` module (RSSM, S4WM, TSSM-XL): within it, the k-th call of
     ``prior`` returns logits whose mode is the ``stoch`` of the posterior after recorded row
     ``k + 1`` (filtered with ``observe_step``), so each imagined step keeps the ``deter`` its
@@ -249,5 +277,40 @@ def latent_teacher_forcing(wm: WorldModel, batch: Batch, prior: nn.Module) -> Fo
                 yield
         finally:
             hook.remove()
+
+    return forcing
+
+
+def gaussian_teacher_forcing(wm: WorldModel, batch: Batch, key: str = "z") -> Forcing:
+    """The :class:`Forcing` of a backbone with a float latent ``state[key]`` (a Gaussian ``z``)
+    that :meth:`~wmzoo.interfaces.WorldModel.imagine_step` draws once per call through
+    :func:`wmzoo.nn.gaussian_sample`: within it, the k-th draw returns ``state[key]`` of the
+    posterior after recorded row ``k + 1`` (filtered with ``observe_step`` inside
+    :func:`wmzoo.nn.modes`, so the posterior's mean), whatever mean and std the prior gave; each
+    imagined step keeps the deterministic state its dynamics computed and takes the observed latent.
+    Use it, and the loss, inside :func:`wmzoo.nn.modes`, so that the loss's posterior is the mean
+    forced here. A draw of another shape than ``state[key]``, or more draws than transitions,
+    fails with a message (a backbone that draws more than once per step writes its own forcing)."""
+
+    @contextmanager
+    def forcing() -> Iterator[None]:
+        with modes(), torch.no_grad():
+            posts = [state[key] for state in filter_rows(wm, batch)]
+        step = iter(range(1, len(posts)))
+
+        def observed(mean: Tensor, std: Tensor) -> Tensor:
+            k = next(step, None)
+            assert k is not None, (
+                f"imagine_step drew more gaussian_sample latents than the batch has transitions "
+                f"({len(posts) - 1}): gaussian_teacher_forcing needs one draw of state[{key!r}] per step")
+            latent = posts[k]
+            assert latent.shape == mean.shape, (
+                f"a gaussian_sample draw of shape {list(mean.shape)} is not state[{key!r}] "
+                f"{list(latent.shape)}: gaussian_teacher_forcing needs imagine_step to draw state[{key!r}] "
+                "through gaussian_sample, once per step")
+            return latent.to(mean.dtype)
+
+        with modes(), forced_gaussians(observed):
+            yield
 
     return forcing

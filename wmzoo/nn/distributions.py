@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -11,6 +11,8 @@ from torch import Tensor
 
 
 _modes_only = False
+# a test's replacement of every gaussian_sample draw (wmzoo.testing_wiring.gaussian_teacher_forcing)
+_gaussian_draw: Callable[[Tensor, Tensor], Tensor] | None = None
 
 
 @contextmanager
@@ -36,8 +38,23 @@ def sampling_modes() -> bool:
 
 def gaussian_sample(mean: Tensor, std: Tensor) -> Tensor:
     """A reparameterised draw ``mean + std · ε``, ``ε ~ N(0, I)`` (the mean inside :func:`modes`):
-    a Gaussian latent drawn through it can be checked like the categorical ones."""
+    a Gaussian latent drawn through it can be checked like the categorical ones, and teacher-forced
+    (:func:`wmzoo.testing_wiring.gaussian_teacher_forcing` replaces its draws inside :func:`forced_gaussians`)."""
+    if _gaussian_draw is not None:
+        return _gaussian_draw(mean, std)
     return mean if _modes_only else mean + std * torch.randn_like(mean)
+
+
+@contextmanager
+def forced_gaussians(draw: Callable[[Tensor, Tensor], Tensor]) -> Iterator[None]:
+    """Within the block :func:`gaussian_sample` returns ``draw(mean, std)`` instead of a draw.
+    Process-wide and not thread-safe, as :func:`modes`: meant for tests (teacher forcing)."""
+    global _gaussian_draw
+    before, _gaussian_draw = _gaussian_draw, draw
+    try:
+        yield
+    finally:
+        _gaussian_draw = before
 
 
 def symlog(x: Tensor) -> Tensor:

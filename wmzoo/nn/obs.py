@@ -98,7 +98,20 @@ def _rename_legacy(module: nn.Module, names: tuple[str, ...]) -> None:
 class ObsEncoder(Encoder):
     """The selected entries → one embedding ``[..., out_dim]``: images (stacked channels) by
     DreamerV3's CNN, ``symlog`` vectors (concatenated) by ``layers`` normed dense layers of
-    ``units``; both concatenated."""
+    ``units``; both concatenated.
+
+    ``env``: the :class:`~wmzoo.interfaces.EnvInfo` the model is built for; ``keys``: the
+    spec's ``encoder_keys`` (:class:`ObsKeysSpec`); ``depth``, ``stages``: the CNN's first-stage
+    channels and stride-2 stages; ``units``, ``layers``: the vector MLP (``layers = 0``: the
+    symlog vectors themselves). Validates what a spec can get wrong, as one-line
+    :class:`~wmzoo.errors.SpecError` messages naming the field: ``keys`` selecting no entry or images
+    of different sizes (:func:`select_entries`), ``stages`` that do not divide the image
+    (``cnn_stages=7: a 64x64 image must be divisible by ...``).
+
+    ``out_dim``: the embedding size, the CNN's flattened output (when an image is selected)
+    plus the vector part (``units``, or the vectors' total size when ``layers = 0``; when a vector
+    is selected); size what reads the embedding (a posterior net) with it.
+    """
 
     def __init__(self, env: EnvInfo, keys: str, depth: int, stages: int, units: int, layers: int) -> None:
         super().__init__()
@@ -113,6 +126,9 @@ class ObsEncoder(Encoder):
         _rename_legacy(self, ("net",))
 
     def forward(self, obs: Obs) -> Tensor:
+        """Embeddings ``float [..., out_dim]`` of observations with any leading axes (``[B]`` from
+        ``observe_step``, ``[B, T]`` from a batch): one uint8 ``[..., C, H, W]`` tensor for a
+        pixel env, else a dict of the env's entries (entries not selected are ignored)."""
         entries = obs_entries(obs)
         parts = []
         if self.cnn is not None:
@@ -125,7 +141,12 @@ class ObsEncoder(Encoder):
 
 class ObsDecoder(Decoder):
     """Features ``[..., in_dim]`` → the selected entries: images by DreamerV3's transposed CNN
-    (mean in ``[0, 1]`` scale), vectors in ``symlog`` space by an MLP (``layers`` × ``units``)."""
+    (mean in ``[0, 1]`` scale), vectors in ``symlog`` space by an MLP (``layers`` × ``units``).
+
+    ``keys``: the spec's ``decoder_keys``; validated as :class:`ObsEncoder` validates its own.
+    Train with :meth:`losses` (one loss per entry; log each as ``recon_<name>``), implement
+    :meth:`~wmzoo.interfaces.WorldModel.decode` with :meth:`decode`.
+    """
 
     def __init__(self, env: EnvInfo, keys: str, in_dim: int, depth: int, stages: int, units: int, layers: int) -> None:
         super().__init__()

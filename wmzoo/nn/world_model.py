@@ -44,6 +44,15 @@ class LatentWorldModel(WorldModel):
     prev_action, is_first, sample) -> (posterior, prior)`` and a ``feature_dim`` property, the size
     of :meth:`features`, which the decoder and heads read.
     All parameters form one ``"model"`` group trained with ``spec.optim``.
+
+    It does not require categorical latents: this class reads only the dynamics' states and
+    features and the spec's ``encoder_keys``, ``decoder_keys``, ``cnn_depth``, ``cnn_stages``,
+    ``hidden``, ``mlp_layers``, ``reward_bins``, ``optim`` and ``seq_len``. What is categorical is
+    :class:`~wmzoo.nn.LatentWorldModelSpec`'s ``stoch``, ``classes``, ``unimix`` and ``kl`` and
+    :func:`latent_objective` (its KL takes logits). A Gaussian-latent backbone may subclass it
+    with a spec of its own that has the fields above (``class MySpec(WorldModelSpec,
+    ObsKeysSpec)``, so no categorical field is dead) and its own KL in
+    :meth:`~wmzoo.interfaces.WorldModel.loss`.
     """
 
     spec: LatentWorldModelSpec

@@ -133,14 +133,14 @@ class GRUWorldModel(WorldModel):
         total = (spec.recon_scale * image + spec.pred_scale * pred
                  + spec.reward_scale * reward + spec.cont_scale * cont)
 
-        with torch.no_grad():
-            metrics = {
-                "model": total, "recon": image, "pred": pred, "reward": reward, "cont": cont,
-                **head_metrics,
-            }
+        # the loss terms require grad: log detached floats (.item()), not the tensors
+        metrics = {
+            "model": total, "recon": image, "pred": pred, "reward": reward, "cont": cont,
+            **head_metrics,
+        }
         return TrainOutput(
             losses={"model": total},
-            metrics={key: value.item() for key, value in metrics.items()},
+            metrics={key: value.detach().item() for key, value in metrics.items()},
             start=flatten_state(detach_state(post)),
             start_cont=start_conts(batch).reshape(-1),  # 0 where obs[t] ends its episode
         )
