@@ -38,7 +38,6 @@ def imagine(
     policy_state: State | None = None,
     decode: bool = False,
     grad: bool = False,
-    keep_policy_graph: bool = False,
 ) -> Trajectory:
     """Roll ``world_model`` forward ``horizon`` steps from ``start`` under ``policy``.
 
@@ -49,18 +48,14 @@ def imagine(
     so rewards imagined past a predicted termination count for nothing.
     ``grad``: keep the autograd graph through every imagined step (see the module docstring);
     the policy then acts on ``features.detach()``.
-    ``keep_policy_graph``: the policy acts with gradients on whatever ``grad`` (the world model's
-    steps do not), and ``Trajectory.policy_states`` keeps the state it returns at every step, for a
-    policy whose :meth:`~wmzoo.interfaces.Policy.learn` reads its acting pass
-    (:attr:`~wmzoo.interfaces.Policy.acts_in_graph`) instead of running its network again.
     """
     with torch.set_grad_enabled(grad):
-        return _imagine(world_model, policy, start, horizon, start_cont, policy_state, decode, grad, keep_policy_graph)
+        return _imagine(world_model, policy, start, horizon, start_cont, policy_state, decode, grad)
 
 
 def _imagine(
     world_model: WorldModel, policy: Policy | ActFn, start: State, horizon: int,
-    start_cont: Tensor | None, policy_state: State | None, decode: bool, grad: bool, keep_policy_graph: bool,
+    start_cont: Tensor | None, policy_state: State | None, decode: bool, grad: bool,
 ) -> Trajectory:
     act: ActFn = policy.act if isinstance(policy, Policy) else policy
     features = world_model.features(start)
@@ -74,13 +69,9 @@ def _imagine(
 
     feats, actions, rewards, conts, weights = [features], [], [], [], [weight]
     images = [world_model.decode(start)] if decode else None
-    pstates: list[State] = []
     state = start
     for _ in range(horizon):
-        with torch.set_grad_enabled(grad or keep_policy_graph):
-            action, pstate = act(features.detach() if grad else features, pstate)
-        if keep_policy_graph:
-            pstates.append(pstate)
+        action, pstate = act(features.detach() if grad else features, pstate)
         step = world_model.imagine_step(state, action)
         state, features = step.state, step.features
         weight = weight * step.cont
@@ -99,7 +90,6 @@ def _imagine(
         conts=torch.stack(conts),
         weights=torch.stack(weights),
         policy_state=initial_pstate,
-        policy_states=pstates,
         images=stack_obs(images) if images is not None else None,
     )
 

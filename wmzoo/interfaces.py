@@ -370,9 +370,6 @@ class Trajectory:
     conts: Tensor  # [H, B]           continue probability after actions[t]
     weights: Tensor  # [H + 1, B]       product of continues up to t (termination mask)
     policy_state: State = field(default_factory=dict)  # policy state at the start
-    # [H] the state act returned at each step, with the acting pass's graph: kept only when
-    # imagine(keep_policy_graph=True) (a policy with Policy.acts_in_graph), else empty
-    policy_states: list[State] = field(default_factory=list)
     images: Obs = None  # [H + 1, B, C, H, W] uint8 when decoding was asked for (a dict of entries: WorldModel.decode)
 
     @property
@@ -546,18 +543,10 @@ class Policy(nn.Module, ABC):
     (DreamerV3's dynamics backpropagation); the trainer then imagines with gradients under frozen
     world-model parameters (:func:`wmzoo.imagination.imagine` with ``grad=True``), and :meth:`act`
     must return actions differentiable in the policy's parameters when grad mode is on.
-
-    ``acts_in_graph``: true when :meth:`learn` reads what :meth:`act` computed along the imagined
-    steps (e.g. its logits and values, put in the state it returns) instead of running its network
-    over them again, as the official IRIS-family trainers do; the trainer then imagines with
-    ``keep_policy_graph=True``: :meth:`act` runs with gradients on (the world model's steps
-    without) and the trajectory keeps every state it returned (``Trajectory.policy_states``).
-    A trajectory imagined without them (``policy_states`` empty) must still be learnable.
     """
 
     spec: PolicySpec
     imagine_with_grad: bool = False
-    acts_in_graph: bool = False
 
     def initial_state(self, batch_size: int) -> State:
         """Recurrent policy state (empty for feed-forward policies)."""

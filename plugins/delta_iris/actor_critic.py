@@ -77,14 +77,9 @@ class Trunk(nn.Module):
 
 
 class DeltaIrisActorCritic(Policy):
-    """The online network (trained) and its EMA target (read for returns and baselines).
-
-    It learns from its acting pass (``acts_in_graph``), as the official trainer keeps the outputs
-    of its imagination: the logits and critic outputs :meth:`act` computed along the imagined
-    frames are the ones the losses read, so the online network runs once per imagined frame."""
+    """The online network (trained) and its EMA target (read for returns and baselines)."""
 
     spec: DeltaIrisActorCriticSpec
-    acts_in_graph = True
 
     def __init__(self, spec: DeltaIrisActorCriticSpec, feature_shape: tuple[int, ...], env: EnvInfo) -> None:
         super().__init__()
@@ -95,65 +90,48 @@ class DeltaIrisActorCritic(Policy):
         self._optimizer = Optimizer(self.model.parameters(), spec.optim)
 
     def initial_state(self, batch_size: int) -> State:
-        """Zero LSTM states of the online (``h``, ``c``) and the target network (``th``, ``tc``),
-        and the last acting pass's ``logits`` and ``critic`` output (zeros before the first)."""
-        device = self.model.actor.weight.device
-        zeros = torch.zeros(batch_size, self.spec.lstm, device=device)
-        return {"h": zeros, "c": zeros.clone(), "th": zeros.clone(), "tc": zeros.clone(),
-                "logits": torch.zeros(batch_size, self.model.actor.out_features, device=device),
-                "critic": torch.zeros(batch_size, self.model.critic.out_features, device=device)}
+        """Zero LSTM states of the online (``h``, ``c``) and the target network (``th``, ``tc``)."""
+        zeros = torch.zeros(batch_size, self.spec.lstm, device=self.model.actor.weight.device)
+        return {"h": zeros, "c": zeros.clone(), "th": zeros.clone(), "tc": zeros.clone()}
 
     def _value(self, critic: Tensor) -> Tensor:
         return TwoHot(critic.float()).mean() if self.spec.two_hot else critic.squeeze(-1)
 
-    def _online(self, frames: Tensor, state: State) -> State:
-        """The online network on frames ``[B, C, H, W]``: the next ``h``, ``c`` and its ``logits``
-        and ``critic`` output (the rest of ``state`` kept)."""
+    def _step(self, frames: Tensor, state: State) -> tuple[Tensor, Tensor, Tensor, State]:
+        """Online logits and critic output, target value, and the next state."""
         logits, critic, h, c = self.model(frames, state["h"], state["c"])
-        return {**state, "h": h, "c": c, "logits": logits, "critic": critic}
-
-    @torch.no_grad()
-    def _target(self, frames: Tensor, state: State) -> tuple[Tensor, State]:
-        """The target network's value of frames ``[B, C, H, W]`` and the next ``th``, ``tc``."""
-        _, target, th, tc = self.target(frames, state["th"], state["tc"])
-        return self._value(target), {**state, "th": th, "tc": tc}
+        with torch.no_grad():
+            _, target, th, tc = self.target(frames, state["th"], state["tc"])
+        return logits, critic, self._value(target), {"h": h, "c": c, "th": th, "tc": tc}
 
     @torch.no_grad()
     def burn_in(self, context: BurnIn) -> State:
         """Both LSTMs over the real frames before the start, reset at episode starts."""
         features = context.features
-        return burn_in_steps(lambda t, state: self._target(features[:, t], self._online(features[:, t], state))[1],
+        return burn_in_steps(lambda t, state: self._step(features[:, t], state)[3],
                              self.initial_state(features.shape[0]), context.is_first)
 
+    @torch.no_grad()
     def act(
         self, features: Tensor, state: State, sample: bool = True, temperature: float = 1.0
     ) -> tuple[Tensor, State]:
-        """An action from the online network; the state it returns carries the pass's logits and
-        critic output, with their graph when gradients are on (the trainer's imagination)."""
-        state = self._online(features, state or self.initial_state(features.shape[0]))
-        logits = state["logits"].detach()
+        if not state:
+            state = self.initial_state(features.shape[0])
+        logits, _, h, c = self.model(features, state["h"], state["c"])
         action = Categorical(logits=logits / temperature).sample() if sample else logits.argmax(-1)
-        return action, state
+        return action, {**state, "h": h, "c": c}
 
     def losses(self, trajectory: Trajectory) -> tuple[Tensor, dict[str, float]]:
-        """``L_π + L_V`` (module docstring) of an imagined trajectory, and its metrics: the online
-        outputs of its acting pass (``trajectory.policy_states``), or, for a trajectory imagined
-        without them, of the online network run again over its frames."""
+        """``L_π + L_V`` (module docstring) of an imagined trajectory, and its metrics."""
         frames = trajectory.features.detach()
-        start = trajectory.policy_state or self.initial_state(frames.shape[1])
-        acted = trajectory.policy_states
-        if not acted:
-            acted, state = [], start
-            for t in range(frames.shape[0] - 1):
-                state = self._online(frames[t], state)
-                acted.append(state)
-        logit = torch.stack([s["logits"] for s in acted])
-        critic = torch.stack([s["critic"] for s in acted])
-        targets, state = [], start
+        state = trajectory.policy_state or self.initial_state(frames.shape[1])
+        logits, critics, targets = [], [], []
         for t in range(frames.shape[0]):
-            value, state = self._target(frames[t], state)
-            targets.append(value)
-        target = torch.stack(targets)
+            lg, cr, tv, state = self._step(frames[t], state)
+            logits.append(lg)
+            critics.append(cr)
+            targets.append(tv)
+        logit, critic, target = torch.stack(logits[:-1]), torch.stack(critics[:-1]), torch.stack(targets)
         weights = trajectory.weights.detach()[:-1]
         with torch.no_grad():
             returns = lambda_returns(trajectory.rewards.detach(), trajectory.conts.detach(), target,

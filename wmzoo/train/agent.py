@@ -119,7 +119,7 @@ class Agent(nn.Module):
         self.world_model.eval()
         return imagine(
             self.world_model, self.policy, start, self.policy.spec.horizon, start_cont=cont,
-            policy_state=pstate, grad=grad, keep_policy_graph=self.policy.acts_in_graph,
+            policy_state=pstate, grad=grad,
         )
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
