@@ -20,6 +20,7 @@ from wmzoo.study.report import (
     env_memory,
     markdown,
     memory_scaling,
+    reward_learning,
     wall_times,
     with_memoryless,
 )
@@ -185,3 +186,37 @@ def test_the_efficiency_table_is_measured_on_one_thread_and_the_setting_restored
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@needs_bsuite
+def test_reward_learning_is_the_first_logged_step_below_half_the_first_reward_error(tmp_path, monkeypatch):
+    """Catches: the threshold taken against the last or the smallest value instead of the first, the
+    step of the first value below it off by one log, a running cell or a cell without the scalar
+    counted, another scalar read, seeds of two envs pooled."""
+    import wmzoo.study.report as report_module
+
+    series = {  # (env, seed) -> logged reward_mae; the first is the predict-the-mean level
+        ("a", 0): [(750, 0.33), (1000, 0.30), (1250, 0.17), (1500, 0.16), (1750, 0.01)],  # 0.17 is not < 0.165
+        ("a", 1): [(750, 0.34), (1000, 0.33), (1250, 0.33)],  # never learnt
+        ("a", 2): [(750, 0.30), (1000, 0.10)],  # running: left out
+        ("b", 0): [(750, 0.20), (1000, 0.10), (1250, 0.05)],  # exactly half is not below it
+    }
+    cells = []
+    for (env, seed), values in [*series.items(), (("b", 1), None)]:
+        path = cell_dir("rssm:tiny", env, seed)
+        (tmp_path / path).mkdir(parents=True)
+        state = "running" if (env, seed) == ("a", 2) else "done"
+        (tmp_path / path / "cell.json").write_text(json.dumps({"state": state}))
+        cells.append(Cell("rssm:tiny", "rssm", "tiny", env, seed, {}, str(path), False))
+    logged = {str(tmp_path / cell_dir("rssm:tiny", e, s) / "tb"): {"reward_mae": v, "reward": [(750, 9.0), (1000, 0.0)]}
+              for (e, s), v in series.items()}
+    monkeypatch.setattr(report_module, "scalars", lambda tb: logged.get(str(tb), {}))
+    found = reward_learning(cells, Path(tmp_path))
+    assert found == {"a": {"rssm:tiny": {0: {"learnt_at": 1500, "first": 0.33, "last": 0.01},
+                                        1: {"learnt_at": None, "first": 0.34, "last": 0.33}}},
+                     "b": {"rssm:tiny": {0: {"learnt_at": 1250, "first": 0.20, "last": 0.05}}}}
+    report, _ = _report()
+    report["reward_learning"] = json.loads(json.dumps(found))  # as report.json gives it back: seeds as strings
+    text = markdown(report)
+    assert "| rssm:tiny | a | 1 of 2 | 0: 1500, 1: - | 0: 0.03, 1: 0.97 |" in text
+    assert "| rssm:tiny | b | 1 of 1 | 0: 1250 | 0: 0.25 |" in text

@@ -232,6 +232,32 @@ def wall_times(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[str
                     for env, v in envs.items()} for label, envs in seconds.items()}
 
 
+REWARD_ERROR = "reward_mae"
+"""The scalar of a world model's reward error (the mean absolute error of its predicted reward,
+logged by the backbones with the shared reward head, ``wmzoo.nn.heads``)."""
+
+
+def reward_learning(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
+    """Online: ``{env: {label: {seed: {learnt_at, first, last}}}}`` from each done cell's logged
+    reward error (:data:`REWARD_ERROR`): its first and last logged values, and the first logged env
+    step at which it fell below half the first (``None``: not by the end). The first is logged soon
+    after the random prefill, at the level of a predictor that knows the reward's mean only, so
+    ``learnt_at`` says when the world model learnt what the reward depends on (in a memory task,
+    the remembered information). Cells that do not log the scalar are left out."""
+    result: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+    for cell in cells:
+        if cell_record(out / cell.path).get("state") != "done":
+            continue
+        series = scalars(out / cell.path / "tb").get(REWARD_ERROR)
+        if not series:
+            continue
+        first, last = series[0][1], series[-1][1]
+        learnt = next((step for step, value in series if value < first / 2), None)
+        result.setdefault(cell.env, {}).setdefault(cell.label, {})[cell.seed] = {
+            "learnt_at": learnt, "first": first, "last": last}
+    return result
+
+
 # --------------------------------------------------------------------------- verdicts
 
 
@@ -797,6 +823,7 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
     report.update(assess(study, table, score, baselines, reps))
     report["memory_scaling"] = memory_scaling(report, memory)
     report["wall_time"] = wall_times(cells, out)
+    report["reward_learning"] = reward_learning(cells, out) if study.budget.mode == "online" else {}
     report["curves"] = curves(study, cells, out)
     report["reward"] = reward_prediction(reward_records(study, cells, out)) if study.budget.mode == "offline" else {}
     report["expectations"] = expectations(study, report, table)
@@ -1066,6 +1093,30 @@ def memory_scaling_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def reward_learning_lines(report: Mapping[str, Any]) -> list[str]:
+    """Online: per row and env, which seeds' world models learnt the reward, when, and how far
+    their reward error fell (:func:`reward_learning`)."""
+    if not report.get("reward_learning"):
+        return []
+    lines = ["", "## When each world model learnt the reward (online)", "",
+             f"The world model's reward error (`{REWARD_ERROR}`) is first logged soon after the random prefill, at "
+             "the level of a predictor that knows the reward's mean only; a seed *learnt* the reward at the first "
+             "logged env step where the error fell below half that level (`-`: not by the end of its budget). In a "
+             "memory task the reward depends on the remembered information: a world model that never learnt it "
+             "gave its policy nothing to learn from, so a low score there says the budget was too small for that "
+             "row, not how long it can remember.", "",
+             "| row | env | seeds learnt | env step learnt, per seed | error at the end / first, per seed |",
+             "|---|---|---|---|---|"]
+    for env, rows in report["reward_learning"].items():
+        for label, seeds in rows.items():
+            ordered = sorted(seeds.items(), key=lambda item: int(item[0]))
+            learnt = sum(r["learnt_at"] is not None for _, r in ordered)
+            steps = ", ".join(f"{s}: {'-' if r['learnt_at'] is None else int(r['learnt_at'])}" for s, r in ordered)
+            ratios = ", ".join(f"{s}: {r['last'] / r['first']:.2f}" if r["first"] else f"{s}: -" for s, r in ordered)
+            lines.append(f"| {label} | {env} | {learnt} of {len(ordered)} | {steps} | {ratios} |")
+    return lines
+
+
 def wall_time_lines(report: Mapping[str, Any]) -> list[str]:
     """Wall seconds per done cell, per row and env: median [min, max] over its seeds."""
     if not report.get("wall_time"):
@@ -1129,6 +1180,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines += ["", f"## Final {score} per environment: baselines and verdicts", ""]
     lines += _verdict_lines(report, score, better)
     lines += memory_scaling_lines(report)
+    lines += reward_learning_lines(report)
     normalised = report["normalised"]["score"]
     if report.get("aggregate_refused"):
         lines += ["## Aggregate over environments", "", f"Not computed: {report['aggregate_refused']}."]
