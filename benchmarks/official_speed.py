@@ -5,7 +5,8 @@ Each official code is read from a local checkout (``--iris PATH``: github.com/el
 ``--delta-iris PATH``: github.com/vmicheli/delta-iris; nothing is downloaded) and built at its
 default Atari config, the sizes of wmzoo's ``iris:paper``, ``rem:paper``, RSSM at
 :data:`DREAMERV3_SIZE` and ``delta-iris:paper-atari`` (:func:`official_delta_iris` for its units:
-the world-model update in bf16 as its trainer runs it and in fp32, and the actor-critic update);
+the world-model update in bf16 as its trainer runs it and in fp32, the actor-critic update, and
+its rollout alone with the target network at every imagined frame);
 wmzoo's is built as its trainer builds it. Both
 see the same synthetic 64×64 frames and 6 actions and the same threads; each unit of work is timed
 in alternated rounds after a warm-up (:func:`wmzoo.bench.harness.alternate`: official then wmzoo,
@@ -261,7 +262,9 @@ def official_delta_iris(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
     updates): the world model's update on ``B × 26`` frames as its trainer runs it
     (``train_component``: ``compute_loss`` in a bfloat16 autocast region, backward, clip 10,
     ``configure_optimizer``'s AdamW lr 1e-4, wd 0.01), and the same in float32
-    (``world_model_update_fp32``)."""
+    (``world_model_update_fp32``); the actor-critic update (float32, as its trainer) and its rollout
+alone (``imagination``: ``ActorCritic.imagine`` without gradient, the online and the target network
+at every imagined frame)."""
     import_official(root, ("einops",))
     from data import Batch
     from models.actor_critic import ActorCritic, ActorCriticConfig, CnnLstmActorCritic
@@ -333,21 +336,33 @@ def official_delta_iris(root: Path, batch: int) -> tuple[Units, dict[str, int]]:
         ac_optimizer.step()
         ac_optimizer.zero_grad()
 
+    def imagination() -> None:  # the update's rollout alone: online and target network at every frame
+        world_model.eval(), actor_critic.train()
+        with torch.no_grad():
+            actor_critic.imagine(ac_batch, tokenizer=tokenizer, world_model=world_model)
+
     units = {"world_model_update": (lambda: update(True), batch * seq_len),
              "world_model_update_fp32": (lambda: update(False), batch * seq_len),
-             "actor_critic_update": (actor_critic_update, batch * ac["imagination_horizon"])}
+             "actor_critic_update": (actor_critic_update, batch * ac["imagination_horizon"]),
+             "imagination": (imagination, batch * ac["imagination_horizon"])}
     return units, params(tokenizer=tokenizer, world_model=world_model, actor_critic=actor_critic)  # with its target
 
 
-def wmzoo_delta_iris_units(batch: int, seq_len: int) -> tuple[Units, dict[str, int]]:
+def wmzoo_delta_iris_agent() -> Agent:
+    """wmzoo's ``delta-iris:paper-atari`` agent as its trainer builds it, on the synthetic env."""
+    spec = world_model_spec("delta-iris", "paper-atari")
+    return Agent(bench_run("delta-iris", "paper-atari", spec, SYNTHETIC_ENV, "cpu", "fp32", False), SYNTHETIC_ENV)
+
+
+def wmzoo_delta_iris_units(batch: int, seq_len: int, agent: Agent | None = None) -> tuple[Units, dict[str, int]]:
     """wmzoo's ``delta-iris:paper-atari`` world-model update as its trainer runs it (the
     Δ-tokens without gradient, G's loss and step), in bfloat16 autocast (the preset's
-    ``bf16``, as the official trainer) and in float32."""
-    info = SYNTHETIC_ENV
-    spec = world_model_spec("delta-iris", "paper-atari")
-    agent = Agent(bench_run("delta-iris", "paper-atari", spec, info, "cpu", "fp32", False), info)
+    ``bf16``, as the official trainer) and in float32; the actor-critic update from the policy's
+    own segments, and its rollout alone (``imagination``) with the target network over the imagined
+    frames, as the official rollout computes it."""
+    agent = agent or wmzoo_delta_iris_agent()
     wm = agent.world_model
-    data = synthetic_batch(info, batch, seq_len, agent.device)
+    data = synthetic_batch(SYNTHETIC_ENV, batch, seq_len, agent.device)
 
     def update(bf16: bool) -> None:
         wm.train()
@@ -358,14 +373,22 @@ def wmzoo_delta_iris_units(batch: int, seq_len: int) -> tuple[Units, dict[str, i
         agent.optimizers["world_model"].step(loss.float())
 
     policy = agent.policy
-    segments = synthetic_batch(info, batch, policy.spec.segment, agent.device, seed=1)
+    segments = synthetic_batch(SYNTHETIC_ENV, batch, policy.spec.segment, agent.device, seed=1)
 
     def actor_critic_update() -> None:  # the trainer's policy update from its own segments
         agent.train_policy(None, segments=segments)  # type: ignore[arg-type]  # read only without segments
 
+    def imagination() -> None:  # the update's rollout, then the target network over its frames, as the
+        with torch.no_grad():  # official's imagine runs it at every imagined frame (returns and baselines)
+            trajectory = agent._imagine_for_policy(None, None, segments)  # type: ignore[arg-type]
+            th, tc = trajectory.policy_state["th"], trajectory.policy_state["tc"]
+            for frames in trajectory.features:
+                _, _, th, tc = policy.target(frames, th, tc)
+
     units = {"world_model_update": (lambda: update(True), batch * seq_len),
              "world_model_update_fp32": (lambda: update(False), batch * seq_len),
-             "actor_critic_update": (actor_critic_update, batch * policy.spec.horizon)}
+             "actor_critic_update": (actor_critic_update, batch * policy.spec.horizon),
+             "imagination": (imagination, batch * policy.spec.horizon)}
     components = wm.components()
     sizes = {name: sum(p.numel() for p in components[name][0]) for name in ("tokenizer", "world_model")}
     return units, {**sizes, **params(actor_critic=policy)}
@@ -503,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--units", nargs="+", choices=UNITS, default=list(UNITS),
                    help="units to time, where the code has them (world_model_update_fp32: Δ-IRIS's update in "
                    "float32; its world_model_update is in bfloat16, as its trainer runs it; actor_critic_update: "
-                   "Δ-IRIS's, imagining from B segments of 6 frames and learning, float32)")
+                   "Δ-IRIS's, imagining from B segments of 6 frames and learning, float32; imagination: for Δ-IRIS "
+                   "that rollout alone, the online and the target network at every imagined frame on both sides)")
     p.add_argument("--iters", type=int, default=1, help="calls of each side per round")
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds (the order reversed every other round)")
     p.add_argument("--warmup", type=int, default=1)

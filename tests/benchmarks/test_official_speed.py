@@ -74,3 +74,21 @@ def test_wmzoo_world_model_unit_steps_the_world_model_only(official_speed):
     update()
     assert all(torch.equal(a, b) for a, b in zip(tok_before, wm.tokenizer.parameters()))
     assert any(not torch.equal(a, b) for a, b in zip(head_before, wm.obs_head.parameters()))
+
+
+def test_wmzoo_delta_iris_imagination_runs_the_target_network_at_every_frame_and_learns_nothing(official_speed):
+    # Catches: the timed rollout without the target network's pass (the official's imagine runs it at
+    # every imagined frame: not like for like), a pass over fewer frames, a unit that also steps the
+    # policy, frames credited other than batch x horizon.
+    torch.manual_seed(0)
+    agent = official_speed.wmzoo_delta_iris_agent()
+    units, _ = official_speed.wmzoo_delta_iris_units(batch=1, seq_len=26, agent=agent)
+    rollout, frames = units["imagination"]
+    assert frames == units["actor_critic_update"][1] == 20  # paper-atari's horizon, one segment
+    calls = []
+    policy = agent.policy
+    policy.target.register_forward_hook(lambda *_: calls.append(1))
+    before = [p.detach().clone() for p in policy.parameters()]
+    rollout()
+    assert len(calls) == (policy.spec.segment - 1) + policy.spec.horizon + 1  # burn-in, then every imagined frame
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
