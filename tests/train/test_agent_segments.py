@@ -45,3 +45,18 @@ def test_a_backbone_without_imagination_starts_is_refused_in_one_line():
 def test_segment_values(sets, message):
     with pytest.raises(WmzooError, match=message):
         run_spec("rem", "minigrid-empty-5x5", "tiny", None, None, None, sets)
+
+
+def test_max_starts_keeps_the_burn_in_context_of_the_starts_it_keeps(monkeypatch):
+    # Catches the agent subsampling the start states to policy.max_starts but passing the
+    # burn-in context of every start on (the policy state then belongs to other rows).
+    run = run_spec("rem", "minigrid-empty-5x5", "tiny", None, None, None, ["policy.max_starts=3"])
+    agent = Agent(run, ENV)
+    seen = []
+    original = agent.policy.burn_in
+    monkeypatch.setattr(agent.policy, "burn_in", lambda context: seen.append(context) or original(context))
+    out = agent.train_world_model(synthetic_batch(ENV, 2, 8, torch.device("cpu")))
+    assert out.imagination_start()[1].shape[0] > 3
+    agent.train_policy(out, generator=torch.Generator().manual_seed(0))
+    [context] = seen
+    assert context.features.shape[0] == context.actions.shape[0] == 3

@@ -113,3 +113,72 @@ def test_episode_windows_online_is_an_error(tmp_path):
     with pytest.raises(WmzooError, match="offline dataset"):
         loop.train_online(run, tmp_path / "run", show_progress=False)
 
+
+
+def test_online_checkpoints_land_on_their_cadence_and_a_resume_finishes_the_final_updates(monkeypatch, tmp_path):
+    """Catches an off-by-one checkpoint cadence (``>`` for ``>=``: the env-step checkpoints one
+    step late; ``% every == 1`` in the final updates) and a resumed run that restarts its final
+    updates from 0 instead of from the checkpoint's count (it would train them twice)."""
+    pytest.importorskip("minigrid")
+    from wmzoo.train.checkpoint import load_checkpoint
+
+    saved: list[tuple[int, int]] = []
+    save_run = loop.save_run
+    monkeypatch.setattr(loop, "save_run", lambda logdir, agent, progress: saved.append(
+        (progress["env_steps"], progress["final"])) or save_run(logdir, agent, progress))
+    updates = loop.WorldModelBatches.update
+
+    def interrupt_at_final_5(self, *args, **kwargs):
+        if [final for _, final in saved] == [0, 0, 0, 0, 4]:
+            raise KeyboardInterrupt  # during final update 5, after the checkpoint at final 4
+        return updates(self, *args, **kwargs)
+
+    monkeypatch.setattr(loop.WorldModelBatches, "update", interrupt_at_final_5)
+    run = run_spec("rssm", ENV, "tiny", overrides=[
+        "train.steps=16", "train.prefill=16", "train.checkpoint_every=4", "train.final_updates=6",
+        "train.log_every=1000", "train.gif_horizon=2", "model.batch_size=2", "model.seq_len=4",
+    ])
+    with pytest.raises(WmzooError, match="interrupted at env step 16"):
+        loop.train_online(run, tmp_path, show_progress=False)
+    assert saved == [(4, 0), (8, 0), (12, 0), (16, 0), (16, 4), (16, 4)]  # the last: on the interrupt
+    monkeypatch.setattr(loop.WorldModelBatches, "update", updates)
+    saved.clear()
+    path = loop.train_online(run, tmp_path, resume=True, show_progress=False)
+    assert saved == [(16, 6)]  # final updates 5 and 6 only, then the closing checkpoint
+    assert load_checkpoint(path)["progress"]["final"] == 6
+
+
+def test_the_carried_state_restarts_only_for_rows_whose_segment_starts_an_episode():
+    """TBTT (WorldModelBatches): the state carried into the next segment is reset to the initial
+    state exactly for the rows whose new segment's first row ``is_first``. Catches a reset read
+    from another column of ``is_first`` (an episode start later in the segment is the model's
+    business, not the carry's) or the carry passed on unreset."""
+    from types import SimpleNamespace
+
+    import torch
+
+    B, L = 3, 4
+
+    def segment(first_rows: list[int]) -> Batch:
+        is_first = torch.zeros(B, L, dtype=torch.bool)
+        is_first[first_rows, 0] = True
+        is_first[:, 2] = True  # a start inside every segment: no reset of the carry
+        zeros = torch.zeros(B, L)
+        return Batch(obs=torch.zeros(B, L, 1), action=zeros, reward=zeros, terminal=zeros.bool(), is_first=is_first)
+
+    carries: list = []
+
+    def train_world_model(batch, carry, update, starts=False):
+        carries.append(carry)
+        return SimpleNamespace(carry={"h": torch.full((B, 2), float(len(carries)))})
+
+    world_model = SimpleNamespace(spec=SimpleNamespace(batch_size=B, seq_len=L), stateful_training=True,
+                                  initial_state=lambda n: {"h": torch.full((n, 2), -1.0)})
+    agent = SimpleNamespace(world_model=world_model, train_world_model=train_world_model)
+    stream = iter([segment([0, 1, 2]), segment([1]), segment([])])
+    batches = loop.WorldModelBatches(agent, SimpleNamespace(stream=lambda *args: stream))
+    for _ in range(3):
+        batches.update()
+    assert carries[0] is None
+    assert carries[1]["h"][:, 0].tolist() == [1.0, -1.0, 1.0]
+    assert carries[2]["h"][:, 0].tolist() == [2.0, 2.0, 2.0]

@@ -17,12 +17,13 @@ BASE = ["train.steps=80", "train.prefill=40", "train.log_every=1000", "train.che
 
 
 def test_policy_start_every_and_final_updates(tmp_path, monkeypatch):
-    world_model_updates, policy_updates = [], []
+    world_model_updates, policy_updates, indices = [], [], []
     train_world_model, train_policy = Agent.train_world_model, Agent.train_policy
 
-    def counting_world_model(self, *args, **kwargs):
+    def counting_world_model(self, batch, carry=None, update=None, **kwargs):
         world_model_updates.append(len(world_model_updates) + 1)
-        return train_world_model(self, *args, **kwargs)
+        indices.append(update)
+        return train_world_model(self, batch, carry, update, **kwargs)
 
     def counting_policy(self, *args, **kwargs):
         policy_updates.append(len(world_model_updates))  # after which world-model update
@@ -39,6 +40,9 @@ def test_policy_start_every_and_final_updates(tmp_path, monkeypatch):
     assert total == len(world_model_updates) == 40 * 4 // 16 + 5  # 40 trained env steps x 4 / (2 x 8), then 5
     # the policy learns after world-model update 3, on every second update, through the final ones
     assert policy_updates == [u for u in range(4, total + 1) if u % 2 == 0]
+    # each world-model update is told its 0-based index (OptimSpec.start counts from it): catches
+    # the loop passing the 1-based count, which starts every component one update early
+    assert indices == list(range(total))
 
 
 def _actions(tmp_path, *overrides: str) -> np.ndarray:
@@ -74,3 +78,26 @@ def test_a_budgets_updates_are_what_the_loop_credits(ratio, done, final):
         progress.env_steps += run.train.envs
         counted += 0 if prefill else schedule.due(progress)
     assert schedule.updates(done) == counted + final
+
+
+def _schedule(*overrides: str):
+    from wmzoo.train.schedule import Schedule
+
+    run = run_spec("rssm", "minigrid-empty-5x5", "tiny", None, None, None, list(overrides))
+    return Schedule(run.train, run.policy, 16)
+
+
+def test_the_policy_starts_on_the_update_after_policy_start():
+    # Catches `update < start` for `update <= start` (the policy learning on update `start`
+    # itself); with policy_every=1 no parity hides it.
+    schedule = _schedule("policy.start=3", "train.policy_every=1", "train.policy_updates=2")
+    assert [schedule.policy_updates(u) for u in range(1, 7)] == [0, 0, 0, 2, 2, 2]
+
+
+def test_every_env_of_a_vector_step_earns_its_share_of_updates():
+    # train_ratio 8 over B·T = 16 rows: half an update per env step, so two envs earn one update
+    # a step. Catches the credit ignoring train.envs (half the updates with two envs).
+    from wmzoo.train.checkpoint import Progress
+
+    progress, schedule = Progress(), _schedule("train.envs=2", "train.train_ratio=8")
+    assert [schedule.due(progress) for _ in range(4)] == [1, 1, 1, 1]
