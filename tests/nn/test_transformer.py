@@ -67,15 +67,18 @@ def test_nothing_after_an_episode_start_depends_on_what_came_before(cached: bool
     assert not torch.allclose(changed[0, :5], out[0, :5])
 
 
-def test_a_start_at_the_first_token_changes_nothing() -> None:
+@pytest.mark.parametrize("at", [0, 1])
+def test_a_start_cuts_off_exactly_the_tokens_before_it(at: int) -> None:
     # Catches: an episode start at a window's first token treated as a boundary (every token of
-    # the window then sees a different episode from its predecessors' cache entries).
+    # the window then sees a different episode from its predecessors' cache entries), and the
+    # "no boundary in view" shortcut looking past the second token (a start at token 1 is a
+    # boundary: token 0 belongs to the episode before).
     torch.manual_seed(0)
     model = CausalTransformer(1, 8, 2).eval()
     x = torch.randn(1, 6, 8)
     starts = torch.zeros(1, 6, dtype=torch.bool)
-    starts[0, 0] = True
-    torch.testing.assert_close(model(x, starts=starts), model(x))
+    starts[0, at] = True
+    torch.testing.assert_close(model(x, starts=starts)[:, at:], model(x[:, at:]), atol=1e-5, rtol=1e-5)
 
 
 def test_causal() -> None:

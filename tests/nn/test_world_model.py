@@ -89,3 +89,17 @@ def test_s4wm_training_form_equals_its_recurrence():
     batch = episode(20)
     torch.testing.assert_close(wm.observe_sequence(batch).rewards, wm.observe_sequence(batch, step=True).rewards,
                                atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backbone", ["rssm", "s4wm", "tssm-xl"])
+def test_the_objective_weights_each_term_by_its_own_scale(backbone):
+    """``model = recon_scale·recon + reward_scale·reward + cont_scale·cont + kl_loss`` (DreamerV3
+    eq. 4), with three different scales. Catches one term weighted by another's scale (with the
+    defaults all 1 a swapped ``cont_scale``/``reward_scale`` changes nothing) or a term dropped."""
+    wm = model(backbone, recon_scale=2.0, reward_scale=3.0, cont_scale=5.0).train()
+    batch = episode(6)
+    batch = Batch(batch.obs, batch.action, torch.rand(2, 6, generator=torch.Generator().manual_seed(2)),
+                  batch.terminal, batch.is_first)
+    m = wm.loss(batch).metrics
+    assert min(m["recon"], m["reward"], m["cont"], m["kl_loss"]) > 0
+    assert m["model"] == pytest.approx(2 * m["recon"] + 3 * m["reward"] + 5 * m["cont"] + m["kl_loss"], rel=1e-5)
