@@ -362,3 +362,29 @@ def test_imagination_baselines_are_the_mean_context_frame_and_the_best_constant(
     assert base["best_constant"]["gen_mse"] == pytest.approx(best)
     for other in (query.mean(0) + 0.01, real[:, :3].reshape(-1, *ENV.obs_shape).mean(0)):
         assert best < ((query - other) ** 2).sum((1, 2, 3)).mean()
+
+
+class _ActionFrames(KnownModel):
+    """Decodes an imagined row as the value ``10 a`` of the action that led to it (observed rows: 0)."""
+
+    def initial_state(self, batch_size: int):
+        return {**super().initial_state(batch_size), "a": torch.zeros(batch_size)}
+
+    def observe_step(self, state, obs, prev_action, is_first):
+        return {**super().observe_step(state, obs, prev_action, is_first), "a": torch.zeros_like(state["a"])}
+
+    def imagine_step(self, state, action):
+        step = super().imagine_step(state, action)
+        return type(step)({**step.state, "a": action.float()}, step.reward, step.cont, step.features)
+
+    def decode(self, state):
+        C, H, W = self.env.obs_shape
+        return (state["a"] * 10).clamp(0, 255).to(torch.uint8).view(-1, 1, 1, 1).expand(-1, C, H, W).clone()
+
+
+def test_imagination_replays_the_recorded_action_that_led_to_each_query_frame():
+    """Catches: the imagined query driven by actions one row late (``action[:, context:]``) or early:
+    query frame ``context + j`` follows the action taken at row ``context - 1 + j``."""
+    batch, extras = _batch([episode(7, actions=[1, 2, 3, 4, 5, 6, 7])])
+    out = imagination_metrics(_ActionFrames(ENV), iter([(batch, extras, 3)]))
+    np.testing.assert_allclose(out["gen_mse_per_step"], [err(10 * a) for a in (3, 4, 5, 6)])
