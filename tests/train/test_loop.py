@@ -182,3 +182,27 @@ def test_the_carried_state_restarts_only_for_rows_whose_segment_starts_an_episod
     assert carries[0] is None
     assert carries[1]["h"][:, 0].tolist() == [1.0, -1.0, 1.0]
     assert carries[2]["h"][:, 0].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_policy_with_its_own_segments_is_given_max_starts_segments_of_segment_rows(monkeypatch, tmp_path):
+    """``policy.segment`` (the IRIS-family actor-critics sample their own batch): every policy update
+    of an online run gets ``policy.max_starts`` segments of ``policy.segment`` rows. Catches the
+    replay sampled with the two swapped (``replay.sample(segment, max_starts)``), or the world
+    model's batch handed on instead."""
+    pytest.importorskip("minigrid")
+    from wmzoo.train.agent import Agent
+
+    shapes: list[tuple[int, int] | None] = []
+    train_policy = Agent.train_policy
+
+    def spy(self, out, generator=None, segments=None):
+        shapes.append(None if segments is None else tuple(segments.shape))
+        return train_policy(self, out, generator, segments)
+
+    monkeypatch.setattr(Agent, "train_policy", spy)
+    run = run_spec("rem", ENV, "tiny", overrides=[
+        "train.steps=18", "train.prefill=16", "train.checkpoint_every=1000", "train.log_every=1000",
+        "train.gif_horizon=2", "model.batch_size=2", "model.seq_len=4", "policy.segment=5", "policy.max_starts=3",
+    ])
+    loop.train_online(run, tmp_path, show_progress=False)
+    assert len(shapes) >= 1 and set(shapes) == {(3, 5)}
