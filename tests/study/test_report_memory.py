@@ -211,7 +211,7 @@ def test_reward_learning_is_the_first_logged_step_below_half_the_first_reward_er
     logged = {str(tmp_path / cell_dir("rssm:tiny", e, s) / "tb"): {"reward_mae": v, "reward": [(750, 9.0), (1000, 0.0)]}
               for (e, s), v in series.items()}
     monkeypatch.setattr(report_module, "scalars", lambda tb: logged.get(str(tb), {}))
-    found = reward_learning(cells, Path(tmp_path))
+    found = reward_learning(cells, report_module.done_scalars(cells, Path(tmp_path)))
     assert found == {"a": {"rssm:tiny": {0: {"learnt_at": 1500, "first": 0.33, "last": 0.01},
                                         1: {"learnt_at": None, "first": 0.34, "last": 0.33}}},
                      "b": {"rssm:tiny": {0: {"learnt_at": 1250, "first": 0.20, "last": 0.05}}}}

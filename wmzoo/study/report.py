@@ -237,18 +237,18 @@ REWARD_ERROR = "reward_mae"
 logged by the backbones with the shared reward head, ``wmzoo.nn.heads``)."""
 
 
-def reward_learning(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
+def reward_learning(cells: Sequence[Cell], logged: Mapping[str, Mapping[str, list[tuple[int, float]]]]
+                    ) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
     """Online: ``{env: {label: {seed: {learnt_at, first, last}}}}`` from each done cell's logged
-    reward error (:data:`REWARD_ERROR`): its first and last logged values, and the first logged env
-    step at which it fell below half the first (``None``: not by the end). The first is logged soon
-    after the random prefill, at the level of a predictor that knows the reward's mean only, so
-    ``learnt_at`` says when the world model learnt what the reward depends on (in a memory task,
-    the remembered information). Cells that do not log the scalar are left out."""
+    reward error (:data:`REWARD_ERROR`; ``logged``: :func:`done_scalars`): its first and last logged
+    values, and the first logged env step at which it fell below half the first (``None``: not by
+    the end). The first is logged soon after the random prefill, at the level of a predictor that
+    knows the reward's mean only, so ``learnt_at`` says when the world model learnt what the reward
+    depends on (in a memory task, the remembered information). Cells that do not log the scalar,
+    and cells not done, are left out."""
     result: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
     for cell in cells:
-        if cell_record(out / cell.path).get("state") != "done":
-            continue
-        series = scalars(out / cell.path / "tb").get(REWARD_ERROR)
+        series = logged.get(cell.path, {}).get(REWARD_ERROR)
         if not series:
             continue
         first, last = series[0][1], series[-1][1]
@@ -463,10 +463,16 @@ def scalars(tb: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-def cell_curve(path: Path, offline: bool) -> dict[int, float]:
-    """Online: the training-episode return per logged env step; offline: the sum of the
-    components' ``*/loss`` scalars per logged update."""
-    logged = scalars(path / "tb")
+def done_scalars(cells: Sequence[Cell], out: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """``{cell.path: scalars}`` of every done cell's TensorBoard log, read once for everything the
+    report draws from it (:func:`curves`, :func:`reward_learning`)."""
+    return {cell.path: scalars(out / cell.path / "tb") for cell in cells
+            if cell_record(out / cell.path).get("state") == "done"}
+
+
+def cell_curve(logged: Mapping[str, list[tuple[int, float]]], offline: bool) -> dict[int, float]:
+    """From a cell's logged scalars: online, the training-episode return per logged env step;
+    offline, the sum of the components' ``*/loss`` scalars per logged update."""
     if not offline:
         return dict(logged.get("episode/return", []))
     curve: dict[int, float] = {}
@@ -477,14 +483,16 @@ def cell_curve(path: Path, offline: bool) -> dict[int, float]:
     return curve
 
 
-def curves(study: StudySpec, cells: Sequence[Cell], out: Path) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """``{env: {label: {x, mean, low, high, seeds}}}`` over the done cells' seeds."""
+def curves(study: StudySpec, cells: Sequence[Cell], logged: Mapping[str, Mapping[str, list[tuple[int, float]]]]
+           ) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """``{env: {label: {x, mean, low, high, seeds}}}`` over the done cells' seeds (``logged``:
+    :func:`done_scalars`)."""
     from wmzoo.eval.verdicts import mean_ci_over_seeds
 
     grouped: dict[tuple[str, str], list[dict[int, float]]] = {}
     for cell in cells:
-        if cell_record(out / cell.path).get("state") == "done":
-            grouped.setdefault((cell.env, cell.label), []).append(cell_curve(out / cell.path, study.budget.offline))
+        if cell.path in logged:
+            grouped.setdefault((cell.env, cell.label), []).append(cell_curve(logged[cell.path], study.budget.offline))
     result: dict[str, dict[str, dict[str, list[float]]]] = {}
     for (env, label), per_seed in grouped.items():
         steps = sorted({s for c in per_seed for s in c})
@@ -823,8 +831,9 @@ def build_report(out: str | Path, reps: int = 10_000, bench: bool = True) -> dic
     report.update(assess(study, table, score, baselines, reps))
     report["memory_scaling"] = memory_scaling(report, memory)
     report["wall_time"] = wall_times(cells, out)
-    report["reward_learning"] = reward_learning(cells, out) if study.budget.mode == "online" else {}
-    report["curves"] = curves(study, cells, out)
+    logged = done_scalars(cells, out)
+    report["reward_learning"] = reward_learning(cells, logged) if study.budget.mode == "online" else {}
+    report["curves"] = curves(study, cells, logged)
     report["reward"] = reward_prediction(reward_records(study, cells, out)) if study.budget.mode == "offline" else {}
     report["expectations"] = expectations(study, report, table)
     if study.budget.mode == "offline":
