@@ -388,3 +388,25 @@ def test_imagination_replays_the_recorded_action_that_led_to_each_query_frame():
     batch, extras = _batch([episode(7, actions=[1, 2, 3, 4, 5, 6, 7])])
     out = imagination_metrics(_ActionFrames(ENV), iter([(batch, extras, 3)]))
     np.testing.assert_allclose(out["gen_mse_per_step"], [err(10 * a) for a in (3, 4, 5, 6)])
+
+
+class SeenCountModel(KnownModel):
+    """Imagines the ``k``-th frame after ``seen`` observed rows as value ``10 k + seen``."""
+
+    def decode(self, state):
+        C, H, W = self.env.obs_shape
+        value = (state["k"] * 10 + state["seen"]).clamp(0, 255).to(torch.uint8)
+        return value.view(-1, 1, 1, 1).expand(-1, C, H, W).clone()
+
+
+def test_recall_observes_the_landing_frame_and_k_more_before_imagining():
+    # catches: the recall's context ending one row early (the landing frame not observed, so
+    # k = 0 would not see where the teleport put the agent) or one late (the first imagined
+    # row observed), and the k-th start state one row short of or past landing + k
+    teleport = np.full(10, -1)
+    teleport[4] = 1
+    out = recall_metrics(SeenCountModel(ENV), iter([episode(10, info_teleport_to=teleport)]), extra=2)
+    for k in range(3):
+        seen = 5 + k  # rows 0..4 + k
+        expected = [err(10 * (r - seen + 1) + seen) for r in range(seen, 10)]
+        assert out["gen_mse"][k] == pytest.approx(np.mean(expected))
