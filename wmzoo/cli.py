@@ -55,6 +55,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
+def _comma_list(text: str) -> list[str]:
+    """``A,B`` → ``["A", "B"]`` (spaces around names dropped, empty names refused)."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"{text!r}: give names separated by commas, e.g. A,B")
+    return items
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="wmzoo", description="Interchangeable world-model backbones for model-based RL.",
@@ -226,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "submitit's local executor, no SLURM)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    for key, example in (("rows", "S4WM,RSSM-TBTT"), ("envs", "crafter"), ("seeds", "3,4")):
+        p.add_argument(f"--{key}", type=_comma_list, default=[], metavar=key[:-1].upper() + "[,...]",
+                       help=f"run only the cells of these {key} (e.g. {example}); the others wait for a later run")
     p = study_sub.add_parser("report", help="report.md, figures and report.json of a study folder")
     p.add_argument("out", metavar="DIR", help="the study folder (--out of study run)")
     p.add_argument("--reps", type=int, default=10_000, help="stratified bootstrap replicates")
@@ -803,7 +814,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     study = study_from_dict(raw, f"study {args.spec}: ")
     parameters = dict(parse_override(item) for item in args.submitit)
     records = run_study(study, raw, args.out, jobs=args.jobs, executor=args.executor, threads=args.threads,
-                        show_progress=not args.no_progress, submitit_parameters=parameters)
+                        show_progress=not args.no_progress, submitit_parameters=parameters,
+                        only={"rows": args.rows, "envs": args.envs, "seeds": args.seeds})
     done = sum(r.get("state") == "done" for r in records)
     print(f"{done} of {len(records)} cells done in {args.out}/cells")
     if not args.no_report and done:

@@ -256,3 +256,36 @@ def test_cells_run_seed_by_seed(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(study_run, "run_cell", fake_run_cell)
     run_study(study, spec, tmp_path / "out", jobs=1, show_progress=False, log=lambda _: None)
     assert ran == [("rssm", 3), ("s4wm", 3), ("rem", 3), ("rssm", 1), ("s4wm", 1), ("rem", 1)]
+
+
+def test_rows_envs_and_seeds_choose_the_cells_that_run(tmp_path: Path, monkeypatch, capsys):
+    # Catches: a selection applied as "any of" instead of "all of" (a cell of a chosen row but
+    # another seed run), a seed compared as an int against the flag's string (nothing run), and a
+    # name the study lacks silently running nothing; the others wait for a later run.
+    spec = {**ONE, "backbones": ["rssm", "s4wm", "rem"], "envs": ["minigrid-empty-5x5", "crafter"],
+            "seeds": [0, 1, 2]}
+    study = study_from_dict(spec)
+    monkeypatch.setattr(study_run, "prepare", lambda study, raw, out, log=print: plan_cells(study, log))
+    ran: list[tuple[str, str, int]] = []
+
+    def fake_run_cell(cell, study, out, threads=1, processes=None):
+        ran.append((cell["label"], cell["env"], cell["seed"]))
+        return {"cell": cell, "state": "done"}
+
+    monkeypatch.setattr(study_run, "run_cell", fake_run_cell)
+    logged: list[str] = []
+    only = {"rows": ["rem:tiny", "rssm:tiny"], "envs": ["crafter"], "seeds": ["2", "1"]}
+    run_study(study, spec, tmp_path / "out", jobs=1, show_progress=False, log=logged.append, only=only)
+    assert ran == [("rssm:tiny", "crafter", 1), ("rem:tiny", "crafter", 1),
+                   ("rssm:tiny", "crafter", 2), ("rem:tiny", "crafter", 2)]
+    assert "14 of 18 cells are outside --rows --envs --seeds: left for a later run" in logged
+    ran.clear()
+    run_study(study, spec, tmp_path / "out2", jobs=1, show_progress=False, log=logged.append, only={"seeds": ["0"]})
+    assert ran == [(label, env, 0) for label in ("rssm:tiny", "s4wm:tiny", "rem:tiny")
+                   for env in ("minigrid-empty-5x5", "crafter")]
+    # the CLI: a name the study lacks is one line, exit 2, before anything is written
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["study", "run", str(path), "--out", str(tmp_path / "new"), "--rows", "s4wm:tiny,rssm"]) == 2
+    assert "--rows rssm: not in this study (its rows: rssm:tiny, s4wm:tiny, rem:tiny); nothing was run" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

@@ -464,23 +464,31 @@ def run_study(
     study: StudySpec, raw: Mapping[str, Any], out: str | Path, *, jobs: int = 1, executor: str = "local",
     threads: int | None = None, show_progress: bool = True, log: Callable[[str], None] = print,
     submitit_folder: str | None = None, submitit_parameters: Mapping[str, Any] | None = None,
+    only: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every cell not yet done (``jobs`` at a time, ``threads`` torch threads each; default
-    cores ÷ ``jobs``); returns the cells' records. SIGTERM lets each running cell save its
-    checkpoint (``interrupted``), starts no other, and raises one line."""
+    cores ÷ ``jobs``); returns the cells' records. ``only``: run just the cells whose row, env and
+    seed are among the given ones (:func:`select_cells`), the rest left for a later run. SIGTERM
+    lets each running cell save its checkpoint (``interrupted``), starts no other, and raises one
+    line."""
     if jobs < 1:
         raise WmzooError(f"--jobs {jobs}: must be at least 1")
     if threads is not None and threads < 1:
         raise WmzooError(f"--threads {threads}: must be at least 1")
     if executor not in EXECUTORS:
         raise WmzooError(f"--executor {executor}: expected one of {', '.join(EXECUTORS)}")
+    check_selection(study, only or {})
     out = check_output_folder(out, STUDY_FILE, "--out")
     with study_lock(out):
         cells = prepare(study, raw, out, log)
+        chosen = select_cells(cells, study, only or {})
+        if len(chosen) < len(cells):
+            flags = " ".join(f"--{key}" for key, values in (only or {}).items() if values)
+            log(f"{len(cells) - len(chosen)} of {len(cells)} cells are outside {flags}: left for a later run")
         # seed by seed: a study stopped part-way has every backbone at its first seeds
-        todo = sorted((c for c in cells if not cell_done(c, study, out)), key=lambda c: study.seeds.index(c.seed))
-        if len(todo) < len(cells):
-            log(f"{len(cells) - len(todo)} of {len(cells)} cells already done: skipped")
+        todo = sorted((c for c in chosen if not cell_done(c, study, out)), key=lambda c: study.seeds.index(c.seed))
+        if len(todo) < len(chosen):
+            log(f"{len(chosen) - len(todo)} of {len(chosen)} cells already done: skipped")
         if threads is None:
             threads = max(1, (os.cpu_count() or 1) // jobs)
             why = f"{os.cpu_count()} cores / --jobs {jobs}; --threads N to choose"
@@ -510,6 +518,33 @@ def run_study(
         raise WmzooError(f"stopped (SIGTERM): {saved} running cell{'s' if saved != 1 else ''} saved a checkpoint; "
                          "run the same `wmzoo study run` again to continue")
     return [cell_record(out / c.path) for c in cells]
+
+
+#: ``run_study(only=...)`` keys: the ``wmzoo study run`` flags that choose cells
+SELECT_KEYS = ("rows", "envs", "seeds")
+
+
+def check_selection(study: StudySpec, only: Mapping[str, Sequence[str]]) -> None:
+    """One line naming a row, env or seed of ``only`` that ``study`` does not have, and the ones it has."""
+    have = {"rows": study.labels(), "envs": list(study.envs), "seeds": [str(s) for s in study.seeds]}
+    for key, values in only.items():
+        if key not in SELECT_KEYS:
+            raise ValueError(f"unknown selection {key!r} (expected one of {SELECT_KEYS})")
+        unknown = [v for v in values if str(v) not in have[key]]
+        if unknown:
+            raise WmzooError(f"--{key} {','.join(map(str, unknown))}: not in this study (its {key}: "
+                             f"{', '.join(have[key])}); nothing was run")
+
+
+def select_cells(cells: Sequence[Cell], study: StudySpec, only: Mapping[str, Sequence[str]]) -> list[Cell]:
+    """The cells whose row (``label``), env and seed are among ``only["rows"]``, ``["envs"]`` and
+    ``["seeds"]`` (a key absent or empty: every one), in plan order; a value the study does not
+    have is an error naming the ones it has."""
+    check_selection(study, only)
+    wanted = {key: {str(v) for v in values} for key, values in only.items() if values}
+    return [c for c in cells
+            if all(str(value) in wanted[key] for key, value in (("rows", c.label), ("envs", c.env), ("seeds", c.seed))
+                   if key in wanted)]
 
 
 #: an upper bound on the time of one update and one env step, for a job's time limit
