@@ -80,6 +80,13 @@ def test_three_seeds_use_the_exact_permutation_test_and_separate_nothing():
     assert clear.holds and clear.p_value == pytest.approx(2 / 70)
     line = seeds_warning(3, paired=True)
     assert line is not None and "fewer than 5" in line and "0.25" in line and seeds_warning(5, True) is None
+    # rows at different seed counts (a study part-way, some rows run first): the line names the
+    # rows below 5 and their counts instead of calling every cell short of seeds
+    mixed = seeds_warning(2, paired=False, rows={"S4WM": 5, "RSSM-BPTT": 2, "TokenWM": 3})
+    assert mixed is not None and mixed.startswith("Rows with fewer than 5 seeds per cell: RSSM-BPTT 2, TokenWM 3 (the most: 5)")
+    assert "smallest two-sided p 0.5 at 2 seeds" in mixed and "p 0.0952 at 2 against 5 seeds, unpaired" in mixed
+    assert "S4WM" not in mixed
+    assert seeds_warning(2, paired=False, rows={"a": 2, "b": 2}) == seeds_warning(2, paired=False)
 
 
 def test_envs_of_different_scale_are_pooled_normalised_and_raw_pooling_is_refused(tmp_path, capsys):

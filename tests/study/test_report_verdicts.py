@@ -82,6 +82,24 @@ def test_three_seeds_say_so_first_and_use_the_permutation_test():
     assert "Probability of improvement" not in text and report["aggregate"]["rssm:tiny"]["mean"]["low"] is None
 
 
+def test_rows_run_to_different_seed_counts_are_named_and_the_full_rows_still_decided():
+    # Catches: the report's warning computed from the fewest seeds alone (every row called short
+    # of seeds, as a study run row by row with --rows reads part-way) and the mode line claiming
+    # one seed count for every cell
+    study = _study(5)
+    table = _table(5)
+    table["rem:tiny"] = {env: {s: v for s, v in seeds.items() if s < 2} for env, seeds in table["rem:tiny"].items()}
+    report: dict[str, Any] = {"study": "synthetic", "mode": "offline", "budget": study.budget.model_dump(),
+                              "params_target": None, "score": "gen_mse", "higher_is_better": False,
+                              "cells": {"done": ["..."]}, "parameters": {}, "curves": {}}
+    report.update(assess(study, table, "gen_mse", BASELINES, reps=200))
+    text = markdown(report)
+    assert text.splitlines()[2].startswith("> **Rows with fewer than 5 seeds per cell: rem:tiny 2 (the most: 5).")
+    assert "2 to 5 training seeds per cell" in text
+    assert report["pairs"][ENVS[0]]["rssm:tiny vs s4wm:tiny"]["method"] == "paired 95 % Student t over seeds"
+    assert report["verdicts"][ENVS[0]]["rssm:tiny"]["best constant"]["holds"]
+
+
 def test_raw_scores_of_two_envs_are_not_pooled():
     # Catches: aggregates of mean returns of envs of different scale
     baselines = {env: {"random policy": 0.1} for env in ENVS}

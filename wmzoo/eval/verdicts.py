@@ -309,10 +309,21 @@ def pool_envs(per_env: Mapping[str, np.ndarray | Sequence[float]], normalised: b
     return np.stack(columns, axis=1)
 
 
-def seeds_warning(seeds: int, paired: bool) -> str | None:
-    """The line a report starts with when it has fewer than :data:`FEW_SEEDS` seeds; None otherwise."""
+def seeds_warning(seeds: int, paired: bool, rows: Mapping[str, int] | None = None) -> str | None:
+    """The line a report starts with when it has fewer than :data:`FEW_SEEDS` seeds; None otherwise.
+    ``rows``: each row's seeds (its fewest over envs); when they differ the line names the rows
+    below :data:`FEW_SEEDS` and says that pairs of rows at :data:`FEW_SEEDS` or more are decided as usual."""
     if seeds >= FEW_SEEDS:
         return None
+    if rows and len(set(rows.values())) > 1:
+        few = ", ".join(f"{label} {n}" for label, n in rows.items() if n < FEW_SEEDS)
+        most = max(rows.values())
+        against = 2 / (2**seeds if paired else math.comb(seeds + most, seeds))
+        return (f"Rows with fewer than {FEW_SEEDS} seeds per cell: {few} (the most: {most}). Such a row cannot be "
+                f"declared above a baseline (exact sign-flip test: smallest two-sided p {2 / 2**seeds:.3g} at "
+                f"{seeds} seeds) and is separated from another row only by the exact permutation test (smallest "
+                f"p {against:.3g} at {seeds} against {most} seeds, {'paired' if paired else 'unpaired'}); rows "
+                f"with {FEW_SEEDS} or more are decided by intervals as usual. No bootstrap intervals are printed.")
     return (f"Only {seeds} seed{'s' if seeds != 1 else ''} per cell (fewer than {FEW_SEEDS}): verdicts use the exact "
             f"permutation test, whose smallest two-sided p at {seeds} seeds is {smallest_p(seeds, paired):.3g} "
             f"({'paired' if paired else 'unpaired'}); at alpha = {ALPHA} "

@@ -384,8 +384,8 @@ def assess(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float
     higher = score != "gen_mse"
     paired = study.budget.offline  # every seed of every backbone trains on the same dataset
     against, between = verdicts(table, baselines, higher, paired)
-    counts = [len(seeds) for envs in table.values() for seeds in envs.values()]
-    seeds = min(counts) if counts else 0
+    rows = {label: min(len(seeds) for seeds in envs.values()) for label, envs in table.items() if envs}
+    seeds = min(rows.values()) if rows else 0
     scaled, what, normalised = normalised_table(study, table, score, baselines)
     result: dict[str, Any] = {
         "seeds": seeds, "paired": paired, "baselines": {env: dict(b) for env, b in baselines.items()},
@@ -393,7 +393,8 @@ def assess(study: StudySpec, table: Mapping[str, Mapping[str, Mapping[int, float
         "normalised": {"score": what, "normalised": normalised, "by": NORMALISE_BY.get(score), "table": {
             label: {env: {str(s): v for s, v in seeds_.items()} for env, seeds_ in envs.items()}
             for label, envs in scaled.items()}},
-        "warnings": [line for line in [seeds_warning(seeds, paired)] if line],
+        "seeds_range": [seeds, max(rows.values()) if rows else 0],
+        "warnings": [line for line in [seeds_warning(seeds, paired, rows)] if line],
     }
     try:
         matrices, incomplete = score_matrices(study, scaled, normalised)
@@ -1171,7 +1172,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     what = (f"{budget['updates']:,} {trained} per cell on one dataset per env "
             f"({budget['episodes']} episodes, {budget['size']}x{budget['size']})" if trained
             else f"{budget['steps']:,} env steps per cell")
-    lines += [f"Mode: {report['mode']}, {what}, {report['seeds']} training seeds per cell. Score: {score} "
+    fewest, most = report.get("seeds_range", [report["seeds"]] * 2)
+    seeds = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+    lines += [f"Mode: {report['mode']}, {what}, {seeds} training seeds per cell. Score: {score} "
               f"({better} is better). Baselines are computed on the same data and seeds as the backbones.", ""]
     lines += ["## Cells", ""] + [f"- {state}: {len(names)}" for state, names in report["cells"].items()]
     for state, names in report["cells"].items():
