@@ -817,7 +817,8 @@ def cmd_study(args: argparse.Namespace) -> int:
                         show_progress=not args.no_progress, submitit_parameters=parameters,
                         only={"rows": args.rows, "envs": args.envs, "seeds": args.seeds})
     done = sum(r.get("state") == "done" for r in records)
-    print(f"{done} of {len(records)} cells done in {args.out}/cells")
+    chosen = " chosen" if args.rows or args.envs or args.seeds else ""
+    print(f"{done} of {len(records)}{chosen} cells done in {args.out}/cells")
     if not args.no_report and done:
         from wmzoo.study.report import write_report
 

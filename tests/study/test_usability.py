@@ -275,7 +275,8 @@ def test_rows_envs_and_seeds_choose_the_cells_that_run(tmp_path: Path, monkeypat
     monkeypatch.setattr(study_run, "run_cell", fake_run_cell)
     logged: list[str] = []
     only = {"rows": ["rem:tiny", "rssm:tiny"], "envs": ["crafter"], "seeds": ["2", "1"]}
-    run_study(study, spec, tmp_path / "out", jobs=1, show_progress=False, log=logged.append, only=only)
+    records = run_study(study, spec, tmp_path / "out", jobs=1, show_progress=False, log=logged.append, only=only)
+    assert len(records) == 4  # the chosen cells' records: the exit code says whether they are done
     assert ran == [("rssm:tiny", "crafter", 1), ("rem:tiny", "crafter", 1),
                    ("rssm:tiny", "crafter", 2), ("rem:tiny", "crafter", 2)]
     assert "14 of 18 cells are outside --rows --envs --seeds: left for a later run" in logged

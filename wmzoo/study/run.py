@@ -468,7 +468,8 @@ def run_study(
 ) -> list[dict[str, Any]]:
     """Run every cell not yet done (``jobs`` at a time, ``threads`` torch threads each; default
     cores ÷ ``jobs``); returns the cells' records. ``only``: run just the cells whose row, env and
-    seed are among the given ones (:func:`select_cells`), the rest left for a later run. SIGTERM
+    seed are among the given ones (:func:`select_cells`, whose records alone are returned), the
+    rest left for a later run. SIGTERM
     lets each running cell save its checkpoint (``interrupted``), starts no other, and raises one
     line."""
     if jobs < 1:
@@ -517,7 +518,7 @@ def run_study(
         saved = sum(r.get("state") == "interrupted" for r in records)
         raise WmzooError(f"stopped (SIGTERM): {saved} running cell{'s' if saved != 1 else ''} saved a checkpoint; "
                          "run the same `wmzoo study run` again to continue")
-    return [cell_record(out / c.path) for c in cells]
+    return [cell_record(out / c.path) for c in chosen]
 
 
 #: ``run_study(only=...)`` keys: the ``wmzoo study run`` flags that choose cells
