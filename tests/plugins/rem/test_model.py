@@ -349,3 +349,17 @@ def test_the_tokenizer_trains_on_tokenizer_frames_distinct_frames(frames, expect
     (x,) = seen
     assert x.shape[0] == expected
     assert len({bytes(f.numpy()) for f in x}) == expected
+
+
+def test_a_longer_context_absorbs_its_blocks_oldest_first():
+    # catches: the start state's context blocks absorbed newest first (equal to oldest first only
+    # for table 7's context of 2, where there is one block)
+    wm = _model(4, context=3)
+    batch = _batch(4, 2, 5, False)
+    with torch.no_grad():
+        start, _, _ = wm.loss(batch).imagination_start()
+        tokens = wm.tokenizer.encode(batch.obs)
+        b, t = 1, 3
+        x = wm.embed_blocks(tokens[b, t - 2 : t][None], batch.action[b, t - 2 : t][None])
+        expected = wm.retnet(x)[1][0]
+    torch.testing.assert_close(start["retnet"][b * 5 + t], expected, atol=1e-5, rtol=1e-4)

@@ -267,3 +267,41 @@ def test_the_state_term_trains_the_prior():
     hand = (states["h"] - priors).square().mean((-2, -1))[:, 1:].mean()
     for g, e in zip(got, torch.autograd.grad(hand, params)):
         torch.testing.assert_close(g, e, atol=1e-6, rtol=1e-4)
+
+
+def test_vector_entries_are_encoded_and_reconstructed_in_symlog_space():
+    # catches: a vector entry projected (or its reconstruction scored) in raw units instead of
+    # symlog (DreamerV3 eq. 10), decode not mapping the reconstruction back through symexp
+    from wmzoo.interfaces import obs_entries
+    from wmzoo.nn.distributions import symexp, symlog
+    from wmzoo.testing import CHECK_DICT_ENV, synthetic_batch
+
+    torch.manual_seed(0)
+    wm = TokenWMWorldModel(PRESETS["tiny"], CHECK_DICT_ENV).eval()
+    batch = synthetic_batch(CHECK_DICT_ENV, 2, 3, torch.device("cpu"), seed=1)
+    state = obs_entries(batch.obs)["state"]
+    assert state.abs().max() > 3  # symlog differs from the identity here
+    with torch.no_grad():
+        torch.testing.assert_close(wm.encode(batch.obs)[..., -1, :], wm.vector_in["state"](symlog(state)))
+        out = wm.loss(batch)
+        post = wm.rollout(batch)[0]["h"]
+        pred = wm.reconstruct_vectors(post)["state"]
+        assert out.metrics["recon_state"] == pytest.approx(float((pred - symlog(state)).square().mean()), rel=1e-5)
+        last = {k: v[:, -1] for k, v in wm.rollout(batch)[0].items()}
+        decoded = obs_entries(wm.decode(last))["state"]
+        torch.testing.assert_close(decoded, symexp(wm.reconstruct_vectors(last["h"])["state"]))
+
+
+def test_a_window_that_starts_inside_an_episode_reads_no_action_at_its_first_step():
+    # catches: the rollout's first prior reading action[0], the action taken *after* obs[0] (a
+    # window not starting an episode has no previous action: the zero action, as observe_step)
+    wm = _model()
+    batch = _batch(2, 3, seed=8)
+    batch.is_first[:] = False
+    other = Batch(**{f: getattr(batch, f).clone() for f in ("obs", "action", "reward", "terminal", "is_first")})
+    other.action[:, 0] = (other.action[:, 0] + 1) % ENV.num_actions
+    with torch.no_grad():
+        (states, priors), (states2, priors2) = wm.rollout(batch), wm.rollout(other)
+    torch.testing.assert_close(priors[:, 0], priors2[:, 0])
+    torch.testing.assert_close(states["h"][:, 0], states2["h"][:, 0])
+    assert not torch.allclose(priors[:, 1], priors2[:, 1])
