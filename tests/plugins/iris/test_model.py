@@ -165,6 +165,18 @@ def test_long_sequences_train_in_windows() -> None:
     assert torch.isfinite(out.losses["world_model"])
 
 
+def test_frames_past_the_last_whole_window_are_left_out_of_the_loss() -> None:
+    # catches: the tokens cut into windows from the end while the batch's windows start at frame
+    # 0 (each window's tokens then belong to the frames one step later)
+    wm = _model(side=2, max_blocks=3)
+    batch = synthetic_batch(ENV, 2, 7, torch.device("cpu"))
+    with torch.no_grad():
+        tokens = wm.tokenizer.encode(batch.obs)
+        whole, _ = wm._world_model_loss(batch, tokens)
+        cut, _ = wm._world_model_loss(batch.slice(0, 6), tokens[:, :6])
+    torch.testing.assert_close(whole, cut)
+
+
 def test_weight_decay_only_on_linear_weights() -> None:
     wm = _model()
     no_decay = {id(p) for p in wm.parameters() if getattr(p, "_optim", {}).get("weight_decay") == 0.0}
