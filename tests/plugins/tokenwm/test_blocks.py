@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wmzoo_plugins.tokenwm import CrossBlock, FiLM, FiLMBlock, PerceiverReadout, ViTEncoder
+from wmzoo_plugins.tokenwm import Attention, CrossBlock, FiLM, FiLMBlock, PerceiverReadout, ViTEncoder
 
 from .test_model import _model
 
@@ -76,3 +76,21 @@ def test_the_memory_read_with_gradient_equals_the_read_without():
         fused = wm.read_memory(h, bank, valid)
     torch.testing.assert_close(wm.read_memory(h, bank, valid), fused, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(wm.train().read_memory(h, bank, valid), fused, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kv_dim", [None, 24])
+def test_the_explicit_attention_is_torchs_multi_head_attention(kv_dim: int | None):
+    # catches: the query, key or value bias sliced from the wrong part of in_proj_bias (torch
+    # initialises it to zeros, so only non-zero biases show it), a key mask applied inverted
+    torch.manual_seed(0)
+    attention = Attention(16, 4, True, kv_dim)
+    with torch.no_grad():
+        attention.attn.in_proj_bias.normal_()
+    x = torch.randn(2, 5, 16)
+    kv = None if kv_dim is None else torch.randn(2, 7, kv_dim)
+    ignore = torch.zeros(2, 5 if kv is None else 7, dtype=torch.bool)
+    ignore[0, :2] = True
+    explicit = attention(x, kv, ignore)  # with gradient: the explicit arithmetic
+    keys = x if kv is None else kv
+    reference = attention.norm(x + attention.attn(x, keys, keys, key_padding_mask=ignore, need_weights=False)[0])
+    torch.testing.assert_close(explicit, reference, atol=1e-5, rtol=1e-4)
