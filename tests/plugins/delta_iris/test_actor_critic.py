@@ -73,6 +73,9 @@ def test_losses_by_hand_use_the_target_for_returns_and_baselines(two_hot: bool) 
     expected = actor - 0.01 * (w * dist.entropy()).sum() / w.sum() + (w * err).sum() / w.sum()
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
     assert metrics["return_mean"] == pytest.approx(float(returns.mean()), abs=1e-5)
+    # catches: the logged baseline read one step late, the entropy logged with its sign flipped
+    assert metrics["value_mean"] == pytest.approx(float(target[:-1].mean()), abs=1e-5)
+    assert metrics["entropy"] == pytest.approx(float(dist.entropy().mean().detach()), abs=1e-5)
 
 
 def test_learn_moves_the_target_one_ema_step_toward_the_online_network() -> None:
@@ -121,3 +124,22 @@ def test_presets_are_the_official_configs() -> None:
     assert (atari.max_starts, atari.segment) == (64, 6)
     policy = DeltaIrisActorCritic(crafter, (3, 64, 64), EnvInfo(name="c", obs_shape=(3, 64, 64), num_actions=17))
     assert policy.model.lstm.input_size == 1024  # 16 × 8 × 8, the official
+
+
+def test_act_advances_the_online_lstm_and_temperature_sharpens_towards_greedy() -> None:
+    # catches: act returning the state it was given (the LSTM never reads the frames it acts on),
+    # the temperature multiplying the logits instead of dividing them
+    policy = _policy()
+    with torch.no_grad():  # a non-zero actor whose logits differ between frames
+        policy.model.actor.weight.normal_(0, 1.0)
+    frames = torch.rand(300, *ENV.obs_shape, generator=torch.Generator().manual_seed(2))
+    state = policy.initial_state(300)
+    greedy, after = policy.act(frames, state, sample=False)
+    logits, _, h, c = policy.model(frames, state["h"], state["c"])
+    torch.testing.assert_close(after["h"], h)
+    torch.testing.assert_close(after["c"], c)
+    assert torch.equal(greedy, logits.argmax(-1))
+    torch.manual_seed(0)
+    cold, _ = policy.act(frames, state, temperature=1e-4)
+    warm, _ = policy.act(frames, state)
+    assert torch.equal(cold, greedy) and not torch.equal(warm, greedy)

@@ -102,8 +102,8 @@ def test_patch_layout_maps_each_token_to_its_grid_cell():
     assert torch.equal(model.unpatch(patches), z)
 
 
-def _hand_loss(model: DeltaTokenizer, x1, a, x2) -> torch.Tensor:
-    """Table 2's weighted loss, computed step by step from the modules."""
+def _hand_terms(model: DeltaTokenizer, x1, a, x2) -> dict[str, torch.Tensor]:
+    """Table 2's unweighted loss terms, computed step by step from the modules."""
     plane = model.encoder_act_emb(a).view(-1, 1, *x1.shape[-2:])
     z = model.encoder(torch.cat([x1 / 255, plane, x2 / 255], 1))
     patches = model.patches(z)
@@ -114,8 +114,14 @@ def _hand_loss(model: DeltaTokenizer, x1, a, x2) -> torch.Tensor:
     planes = model.decoder_act_emb(a).view(-1, 2, *model.latent_hw)
     recon = model.decoder(torch.cat([model.frame_cnn(x1 / 255), planes, grid], 1))
     delta = x2 / 255 - recon
-    worst = delta.pow(2).flatten(1).max(1).values.mean()
-    return 0.02 * commitment + 0.1 * delta.abs().mean() + 1.0 * delta.pow(2).mean() + 0.01 * worst
+    return {"commitment": commitment, "l1": delta.abs().mean(), "l2": delta.pow(2).mean(),
+            "max_pixel": delta.pow(2).flatten(1).max(1).values.mean()}
+
+
+def _hand_loss(model: DeltaTokenizer, x1, a, x2) -> torch.Tensor:
+    """Table 2's weighted loss of the terms :func:`_hand_terms` computes."""
+    terms = _hand_terms(model, x1, a, x2)
+    return 0.02 * terms["commitment"] + 0.1 * terms["l1"] + 1.0 * terms["l2"] + 0.01 * terms["max_pixel"]
 
 
 # Catches: a wrong or swapped weight, the max-pixel term taken over the batch instead of per
@@ -131,6 +137,25 @@ def test_loss_equals_the_hand_computed_weighted_terms_and_respects_the_mask():
     garbage[~mask] = 255 - garbage[~mask]  # the masked-out targets change: the loss must not
     masked, _ = model.loss(x1, a, garbage, mask)
     torch.testing.assert_close(masked, _hand_loss(model, x1[mask], a[mask], x2[mask]))
+
+
+# catches: a loss term logged under another term's name (the metrics are the unweighted terms)
+def test_loss_metrics_are_the_hand_computed_unweighted_terms():
+    model = _tiny().eval()
+    x1, a, x2 = _batch((4,))
+    _, metrics = model.loss(x1, a, x2)
+    terms = _hand_terms(model, x1, a, x2)
+    for name in ("l1", "l2", "max_pixel"):
+        assert metrics[f"tokenizer/{name}"] == pytest.approx(float(terms[name].detach()), rel=1e-5), name
+
+
+# catches: the encoder's action plane embedding every action alike (the Δ-tokens then cannot
+# describe a change the action causes)
+def test_the_encoder_reads_the_action():
+    model = _tiny().eval()
+    x1, a, x2 = _batch((4,))
+    with torch.no_grad():
+        assert not torch.allclose(model._encode(x1, a, x2), model._encode(x1, (a + 1) % 3, x2))
 
 
 # Catches: an all-padding batch dividing by zero in the codebook usage EMA (NaN forever after).

@@ -137,3 +137,21 @@ def test_temperature_sharpens_sampling_towards_greedy() -> None:
     cold, _ = policy.act(frames, policy.initial_state(300), temperature=1e-4)
     warm, _ = policy.act(frames, policy.initial_state(300))
     assert torch.equal(cold, greedy) and not torch.equal(warm, greedy)
+
+
+def test_the_lstm_reads_frames_in_minus_one_one_and_reruns_from_the_burnt_in_state() -> None:
+    # catches: frames fed to the CNN in [0, 1] (IRIS scales them to [-1, 1]); the losses' rerun of
+    # the LSTM starting from a fresh state instead of the trajectory's burnt-in one
+    torch.manual_seed(0)
+    policy = IrisActorCritic(SPEC, ENV.obs_shape, ENV)
+    frames = torch.rand(3, *ENV.obs_shape)
+    state = {"h": torch.randn(3, 16), "c": torch.randn(3, 16)}
+    with torch.no_grad():
+        logits, _, after = policy.step(frames, state)
+        h, c = policy.lstm(policy.cnn(frames * 2 - 1), (state["h"], state["c"]))
+        torch.testing.assert_close(after["h"], h)
+        torch.testing.assert_close(logits, policy.actor(h))
+        traj = _trajectory(policy)
+        traj.policy_state = state
+        rerun, _ = policy.logits_and_values(traj)
+        torch.testing.assert_close(rerun[0], policy.step(traj.features[0], state)[0])

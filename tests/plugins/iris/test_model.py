@@ -165,6 +165,18 @@ def test_long_sequences_train_in_windows() -> None:
     assert torch.isfinite(out.losses["world_model"])
 
 
+def test_frames_past_the_last_whole_window_are_left_out_of_the_loss() -> None:
+    # catches: the tokens cut into windows from the end while the batch's windows start at frame
+    # 0 (each window's tokens then belong to the frames one step later)
+    wm = _model(side=2, max_blocks=3)
+    batch = synthetic_batch(ENV, 2, 7, torch.device("cpu"))
+    with torch.no_grad():
+        tokens = wm.tokenizer.encode(batch.obs)
+        whole, _ = wm._world_model_loss(batch, tokens)
+        cut, _ = wm._world_model_loss(batch.slice(0, 6), tokens[:, :6])
+    torch.testing.assert_close(whole, cut)
+
+
 def test_weight_decay_only_on_linear_weights() -> None:
     wm = _model()
     no_decay = {id(p) for p in wm.parameters() if getattr(p, "_optim", {}).get("weight_decay") == 0.0}
@@ -272,3 +284,71 @@ def test_imagination_starts_of_the_policys_own_segments() -> None:
     assert torch.equal(start["tokens"], tokens[:, -1]) and int(start["length"][0]) == wm.K
     torch.testing.assert_close(burn_in.features, wm.tokenizer.decode(tokens[:, 2:4]))  # burn_in 2
     assert torch.equal(burn_in.is_first, segments.is_first[:, 2:]) and cont.shape == (2,)
+
+
+def test_obs_loss_and_accuracy_leave_out_the_transition_into_an_episode() -> None:
+    # catches: the next-token loss divided by every transition where it sums the scored ones, the
+    # accuracy metrics counting the transition into a new episode, reading the within-frame
+    # predictions one token off, or comparing the copy baseline with the next frame. Row 0 starts
+    # an episode at step 2: its across term a_1 → z_2^1 is not scored.
+    wm = _model(side=2, max_blocks=4, seed=6)
+    sharpen(wm.head_obs)
+    torch.manual_seed(6)
+    batch = synthetic_batch(ENV, 2, 4, torch.device("cpu"))
+    batch.is_first[:] = False
+    batch.is_first[0, 2] = True
+    batch.obs[1, 2] = batch.obs[1, 1]  # a repeated frame: the copy baseline is right there
+    F = torch.nn.functional
+    with torch.no_grad():
+        tokens = wm.tokenizer.encode(batch.obs)
+        _, metrics = wm._world_model_loss(batch, tokens)
+        out = wm.sequence(tokens, batch.action, batch.is_first)
+    terms, hits, copies = [], [], []
+    with torch.no_grad():
+        for b in range(2):
+            for t in range(4):
+                for k in range(1, wm.K):
+                    terms.append(F.cross_entropy(wm.head_obs(out[b, t, k - 1]), tokens[b, t, k]))
+                if t + 1 < 4 and not batch.is_first[b, t + 1]:
+                    terms.append(F.cross_entropy(wm.head_obs(out[b, t, -1]), tokens[b, t + 1, 0]))
+                    logits = torch.stack([out[b, t, -1], *out[b, t + 1, : wm.K - 1]])
+                    hits.append((wm.head_obs(logits).argmax(-1) == tokens[b, t + 1]).float())
+                    copies.append((tokens[b, t] == tokens[b, t + 1]).float())
+    assert metrics["world_model/obs_ce"] == pytest.approx(float(torch.stack(terms).mean()), rel=1e-5)
+    assert metrics["world_model/obs_acc"] == pytest.approx(float(torch.cat(hits).mean()), abs=1e-6)
+    assert metrics["world_model/obs_acc_copy"] == pytest.approx(float(torch.cat(copies).mean()), abs=1e-6)
+    assert float(torch.cat(copies).mean()) >= 0.2
+
+
+def test_the_tokenizer_trains_on_tokenizer_frames_frames(monkeypatch) -> None:
+    # catches: the tokenizer's frame sample one frame short
+    wm = _model(side=2)
+    seen = []
+    loss = wm.tokenizer.loss
+    monkeypatch.setattr(wm.tokenizer, "loss", lambda x: seen.append(x.shape[0]) or loss(x))
+    with torch.no_grad():
+        wm.loss(synthetic_batch(ENV, 2, 6, torch.device("cpu")))
+    assert seen == [8]
+
+
+def test_short_segments_burn_in_on_every_frame_before_the_start() -> None:
+    # catches: the burn-in one frame short when the segment is shorter than burn_in + 1
+    wm = _model(side=2)  # burn_in 2
+    segments = synthetic_batch(ENV, 2, 2, torch.device("cpu"))
+    with torch.no_grad():
+        _, _, burn_in = wm.imagination_starts(segments)
+        tokens = wm.tokenizer.encode(segments.obs)
+    torch.testing.assert_close(burn_in.features, wm.tokenizer.decode(tokens[:, :1]))
+
+
+def test_a_start_cache_is_built_without_dropout_and_decoded_frames_round() -> None:
+    # catches: the start state's cache built with dropout while the model trains (a noisy
+    # prediction context), decode truncating the frame to uint8 instead of rounding it
+    wm = _model(side=2).train()  # dropout 0.1
+    tokens = torch.randint(16, (2, wm.K), generator=torch.Generator().manual_seed(0))
+    a, b = wm._state_from_tokens(tokens), wm._state_from_tokens(tokens)
+    assert wm.transformer.training
+    n = int(a["length"][0])
+    torch.testing.assert_close(a["cache_k"][..., :n, :], b["cache_k"][..., :n, :])
+    torch.testing.assert_close(a["cache_v"][..., :n, :], b["cache_v"][..., :n, :])
+    assert torch.equal(wm.decode(a), (a["frame"] * 255).round().to(torch.uint8))

@@ -78,9 +78,14 @@ def test_imagined_frames_are_decoded_predicted_tokens():
         assert ((step.cont >= 0) & (step.cont <= 1)).all() and (step.reward.abs() <= 1).all()
 
 
-def test_observe_chunkwise_equals_observe_step():
+@pytest.mark.parametrize("first", [None, 1, 4])
+def test_observe_chunkwise_equals_observe_step(first):
+    # catches: the chunkwise fast path (which has no resets) taken for a batch with an episode
+    # start in column 1, where the step-by-step filter resets the state
     wm = _model(1)
     batch = _batch(1, 2, 6, False)
+    if first is not None:
+        batch.is_first[1, first] = True
     with torch.no_grad():
         fast = wm.observe(batch)
         slow = super(REMWorldModel, wm).observe(batch)
@@ -269,3 +274,92 @@ def test_imagination_starts_of_the_policys_own_segments():
     torch.testing.assert_close(burn_in.features, wm.tokenizer.embed(tokens[:, :-1]).transpose(2, 3).unflatten(3, (4, 4)))
     assert torch.equal(burn_in.actions, segments.action[:, :-1])
     assert torch.equal(burn_in.is_first, segments.is_first) and cont.shape == (3,)
+
+
+def test_world_model_loss_is_the_sum_of_its_three_terms():
+    # catches: the reward or the termination term dropped from M's loss (or weighted), which the
+    # per-term metrics, computed apart, do not show
+    wm = _model(7)
+    sharpen(wm.obs_head, wm.reward_head, wm.end_head)
+    with torch.no_grad():
+        out = wm.loss(_batch(7, 2, 6, True))
+    terms = [out.metrics[f"world_model/{name}_loss"] for name in ("obs", "reward", "end")]
+    assert min(terms) > 0.01
+    assert float(out.losses["world_model"]) == pytest.approx(sum(terms), rel=1e-5)
+
+
+def test_next_token_accuracy_metrics_by_hand():
+    # catches: the copy baseline compared with the next frame's tokens instead of the previous
+    # frame's, or the accuracy read at blocks the loss masks
+    wm = _model(8)
+    batch = _batch(8, 2, 6, True)  # row 0: an episode starts at step 3
+    batch.obs[:, 4] = batch.obs[:, 3]  # frame 4 repeats frame 3: the copy baseline is right there
+    with torch.no_grad():
+        out = wm.loss(batch)
+        tokens = wm.tokenizer.encode(batch.obs)
+        _, pred = wm.pop_forward(tokens, batch.action, batch.is_first)
+        predicted = wm.obs_head(pred).argmax(-1)
+    scored = [(0, 2), (0, 4), (0, 5), (1, 2), (1, 3), (1, 4), (1, 5)]  # t >= context, not a first
+    right = torch.stack([(predicted[b, t] == tokens[b, t]).float().mean() for b, t in scored]).mean()
+    copied = torch.stack([(tokens[b, t - 1] == tokens[b, t]).float().mean() for b, t in scored]).mean()
+    assert out.metrics["world_model/obs_acc"] == pytest.approx(float(right), abs=1e-6)
+    assert out.metrics["world_model/obs_acc_copy"] == pytest.approx(float(copied), abs=1e-6)
+    assert float(copied) >= 2 / 7  # the repeated frames score: the metric can tell previous from next
+
+
+def test_embed_blocks_puts_the_frame_tokens_then_the_action_token():
+    # catches: the action token placed before the frame's tokens (reward, termination and the
+    # action-conditioned prediction then read a position that has not seen the action last)
+    wm = _model(9)
+    tokens = torch.randint(wm.tokenizer.vocab_size, (2, 3, wm.num_tokens))
+    action = torch.randint(3, (2, 3))
+    x = wm.embed_blocks(tokens, action).unflatten(1, (3, wm.block_len))
+    torch.testing.assert_close(x[:, :, : wm.num_tokens], wm.tokenizer.codebook[tokens])
+    torch.testing.assert_close(x[:, :, -1], wm.action_embed(action))
+
+
+def test_imagination_from_a_training_start_first_absorbs_the_start_block():
+    # catches: a training start marked as holding no real frame (valid 0), so its first imagined
+    # step skips absorbing (z_t, a_t) and reads reward and next tokens from the older state
+    wm = _model(2)
+    batch = _batch(2, 2, 5, False)
+    with torch.no_grad():
+        out = wm.loss(batch)
+        start, _, _ = out.imagination_start()
+        tokens = wm.tokenizer.encode(batch.obs)
+        b, t = 1, 3
+        n = b * 5 + t
+        one = {k: v[n : n + 1] for k, v in start.items()}
+        step = wm.imagine_step(one, batch.action[b, t][None])
+        x = wm.embed_blocks(tokens[b, t - 1 : t + 1][None], batch.action[b, t - 1 : t + 1][None])
+        expected = wm.retnet(x)[1]
+    torch.testing.assert_close(step.state["retnet"], expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("frames, expected", [(5, 5), (0, 16)])
+def test_the_tokenizer_trains_on_tokenizer_frames_distinct_frames(frames, expected, monkeypatch):
+    # catches: the tokenizer's frame sample one frame short (or long), or drawn with repeats
+    wm = _model(0, tokenizer_frames=frames)
+    batch = _batch(0, 2, 8, False)
+    seen = []
+    loss = wm.tokenizer.loss
+    monkeypatch.setattr(wm.tokenizer, "loss", lambda x: seen.append(x) or loss(x))
+    with torch.no_grad():
+        wm.loss(batch)
+    (x,) = seen
+    assert x.shape[0] == expected
+    assert len({bytes(f.numpy()) for f in x}) == expected
+
+
+def test_a_longer_context_absorbs_its_blocks_oldest_first():
+    # catches: the start state's context blocks absorbed newest first (equal to oldest first only
+    # for table 7's context of 2, where there is one block)
+    wm = _model(4, context=3)
+    batch = _batch(4, 2, 5, False)
+    with torch.no_grad():
+        start, _, _ = wm.loss(batch).imagination_start()
+        tokens = wm.tokenizer.encode(batch.obs)
+        b, t = 1, 3
+        x = wm.embed_blocks(tokens[b, t - 2 : t][None], batch.action[b, t - 2 : t][None])
+        expected = wm.retnet(x)[1][0]
+    torch.testing.assert_close(start["retnet"][b * 5 + t], expected, atol=1e-5, rtol=1e-4)

@@ -128,3 +128,18 @@ def test_burn_in_reads_the_context_frame_and_its_action_then_resets_as_told():
     assert state["h"][2].abs().sum() == 0  # the start is reset: its context lies in another episode
     assert not torch.allclose(state["h"][0], state["h"][1])  # the action is read
     assert not torch.allclose(without["h"][:2], state["h"][:2])
+
+
+def test_burn_in_reads_each_context_frame_with_its_own_action():
+    # catches: every context frame paired with the first frame's action (or the actions shifted)
+    policy = _policy()
+    features = torch.randn(2, 2, *FEATURES)
+    actions = torch.tensor([[0, 3], [2, 1]])
+    first = torch.tensor([[True, False, False], [True, False, False]])
+    with torch.no_grad():
+        state = policy.burn_in(BurnIn(features, first, actions))
+        expected = policy.initial_state(2)
+        for t in range(2):
+            expected = policy._after_action(actions[:, t], policy._observe(policy.encoder(features[:, t]), expected))
+    torch.testing.assert_close(state["h"], expected["h"])
+    torch.testing.assert_close(state["c"], expected["c"])

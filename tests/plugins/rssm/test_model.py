@@ -82,6 +82,8 @@ def test_entry_and_presets() -> None:
     assert (paper.stoch, paper.classes, paper.cnn_depth, paper.cnn_stages) == (32, 32, 48, 4)
     assert paper.optim.lr == 3e-4 and paper.optim.weight_decay == 1e-2 and paper.optim.clip == 200
     assert paper.kl.weights == (0.8, pytest.approx(0.2)) and paper.tbtt
+    # catches: free nats in the paper's KL (pydreamer has none), Adam's eps not pydreamer's 1e-5
+    assert paper.kl.free == 0 and paper.optim.eps == 1e-5
     paper_2d = entry.presets["paper-2d"]  # table 8
     assert (paper_2d.seq_len, paper_2d.hidden, paper_2d.cnn_depth, paper_2d.cnn_stages) == (50, 512, 32, 3)
     assert PRESETS["tiny"].kl == KLSpec()  # DreamerV3: free 1, 0.5 / 0.1
@@ -158,6 +160,23 @@ def test_layer_norm_gru_cell_keeps_state_by_default() -> None:
     h = torch.randn(2, 4)
     torch.testing.assert_close(cell(torch.randn(2, 3), h), (1 - torch.sigmoid(torch.tensor(-1.0))) * h)
     assert cell.linear.in_features == 7 and cell.linear.out_features == 12
+
+
+def test_layer_norm_gru_cell_by_hand() -> None:
+    # catches: [h, x] fed to the linear map in place of [x, h], the candidate not gated by the
+    # reset gate, a bias on the reset gate, LayerNorm's eps not DreamerV3's 1e-3
+    torch.manual_seed(0)
+    cell = LayerNormGRUCell(3, 4)
+    with torch.no_grad():
+        cell.norm.weight.normal_(1.0, 0.5)
+        cell.norm.bias.normal_(0.0, 0.5)
+    x, h = torch.randn(2, 3), torch.randn(2, 4)
+    gates = F.layer_norm(x @ cell.linear.weight[:, :3].T + h @ cell.linear.weight[:, 3:].T, (12,),
+                         cell.norm.weight, cell.norm.bias, eps=1e-3)
+    reset, cand, update = torch.sigmoid(gates[:, :4]), gates[:, 4:8], torch.sigmoid(gates[:, 8:] - 1)
+    expected = update * torch.tanh(reset * cand) + (1 - update) * h
+    torch.testing.assert_close(cell(x, h), expected)
+    assert cell.norm.eps == 1e-3
 
 
 # --------------------------------------------------------------------------- filtering
@@ -416,3 +435,29 @@ def test_start_stride_takes_every_kth_start(k: int) -> None:
         ref = every.start[key].reshape(B, T, *value.shape[1:])[:, steps].reshape(value.shape)
         torch.testing.assert_close(value, ref, msg=key)
     assert all(spec.start_stride == 1 for spec in PRESETS.values())
+
+
+def test_states_hold_no_next_action_and_the_prior_and_posterior_sample_keep_their_graphs() -> None:
+    # catches: observe_step or imagine_step storing the action that led into the state as the one
+    # taken in it; the prior reading a detached h_t in observe (the KL would not train the GRU
+    # through it); z_t sampled from detached posterior logits (no straight-through gradient from
+    # the decoder and heads into the posterior)
+    torch.manual_seed(0)
+    model = RSSMWorldModel(PRESETS["tiny"], env_info())
+    dyn = model.dynamics
+    batch = make_batch(2, 3, seed=4)
+    embed, action = model.encoder(batch.obs), encode_action(batch.action, model.env)
+    with torch.no_grad():
+        post, prior = dyn.observe_step(dyn.initial_state(2), embed[:, 0], action[:, 0], batch.is_first[:, 0])
+        imagined = dyn.imagine_step(post, action[:, 1])
+    assert not post["action"].any() and not prior["action"].any() and not imagined["action"].any()
+    inputs = []
+    hook = dyn.prior.register_forward_hook(lambda module, args, out: inputs.append(args[0]))
+    try:
+        post, _ = dyn.observe(embed, action, batch.is_first)
+    finally:
+        hook.remove()
+    assert inputs and all(x.requires_grad for x in inputs)
+    weights = torch.randn(post["stoch"].shape)
+    grads = torch.autograd.grad((post["stoch"] * weights).sum(), list(dyn.posterior.parameters()), allow_unused=True)
+    assert all(g is not None for g in grads) and sum(float(g.abs().sum()) for g in grads) > 0

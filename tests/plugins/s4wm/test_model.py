@@ -282,6 +282,45 @@ def test_kl_balancing_and_no_kl_at_episode_starts() -> None:
     assert abs(kl.mean().item() - plain.item()) > 1e-3  # the mask matters on this batch
 
 
+def test_the_kl_trains_the_s4_blocks_through_the_prior() -> None:
+    # catches: the prior reading a detached h_t (the KL then trains the prior's head but not the
+    # S4 blocks that make h_t: with the other terms off, they would get no gradient at all)
+    torch.manual_seed(0)
+    spec = PRESETS["tiny"].model_copy(update={"recon_scale": 0.0, "reward_scale": 0.0, "cont_scale": 0.0})
+    model = S4WMWorldModel(spec, env_info())
+    out = model.loss(make_batch(2, 5, seed=9, firsts=(0,)))
+    grads = torch.autograd.grad(out.losses["model"], list(model.blocks.parameters()), allow_unused=True)
+    assert all(g is not None for g in grads) and sum(float(g.abs().sum()) for g in grads) > 0
+
+
+def test_carry_only_where_the_spec_streams_episodes() -> None:
+    # catches: a carry returned with carry_state false (the trainer would then start an unrelated
+    # random window from the last one's S4 states)
+    torch.manual_seed(0)
+    model = S4WMWorldModel(PRESETS["tiny"].model_copy(update={"carry_state": False}), env_info())
+    assert not model.stateful_training
+    with torch.no_grad():
+        assert model.loss(make_batch(2, 3, seed=1, firsts=(0,))).carry is None
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["factorised", "full-posterior", "no-mlp"])
+def test_recurrent_states_do_not_know_the_next_action_and_imagining_leaves_the_posterior_stack(
+    overrides: dict,
+) -> None:
+    # catches: observe_step or imagine_step storing the action that led *into* the state as the
+    # action taken *in* it (a parallel pass continuing the state would read it a step late), and
+    # imagination moving the full posterior's own S4 states (no observation to filter)
+    model = variant(overrides)
+    batch = make_batch(2, 2, seed=2, firsts=(0,))
+    with torch.no_grad():
+        state = model.observe_step(model.initial_state(2), batch.obs[:, 0], batch.action[:, 0], batch.is_first[:, 0])
+        state = model.observe_step(state, batch.obs[:, 1], batch.action[:, 0], batch.is_first[:, 1])
+        step = model.imagine_step(state, batch.action[:, 1])
+    assert not state["action"].any() and not step.state["action"].any()
+    if "post_ssm" in state:
+        assert torch.equal(step.state["post_ssm"], state["post_ssm"])
+
+
 # --------------------------------------------------------------------------- sizes
 
 PARAMS = {  # EnvInfo((3, 64, 64), 6 actions); paper-2d at 40×40

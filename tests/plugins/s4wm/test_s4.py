@@ -130,6 +130,18 @@ def test_s4d_initialisations() -> None:
         S4DLayer(2, 3)
 
 
+def test_s4d_input_output_and_skip_initialisation() -> None:
+    # catches: B not initialised to ones, C not a unit-variance complex normal, D zero (the skip
+    # connection off at the start) or scaled (S4D: B = 1, C ~ CN(0, 1), D ~ N(0, 1))
+    torch.manual_seed(0)
+    layer = S4DLayer(256, 16)
+    assert torch.equal(torch.view_as_complex(layer.B), torch.ones(256, 8, dtype=torch.cfloat))
+    power = torch.view_as_complex(layer.C.detach()).abs().square().mean()  # E|C|² = 1 over 2048 draws
+    assert 0.9 < float(power) < 1.1
+    D = layer.D.detach()
+    assert 0.85 < float(D.std()) < 1.15 and abs(float(D.mean())) < 0.2
+
+
 @pytest.mark.parametrize("mlp", [True, False])
 def test_blocks_parallel_equals_step(mlp: bool) -> None:
     torch.manual_seed(0)

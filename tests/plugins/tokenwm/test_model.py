@@ -233,3 +233,75 @@ def test_paper_preset_is_table_2_and_bad_sizes_are_one_line_errors():
 @pytest.mark.parametrize("overrides", [{}, {"memory": 0}, {"post_norm": False}])
 def test_check_backbone(overrides: dict) -> None:
     check_backbone("tokenwm", overrides=overrides)
+
+
+def test_decode_rounds_the_frame_reconstructed_from_h():
+    # catches: decode truncating the pixels to uint8 instead of rounding them, or decoding h*
+    wm = _model()
+    with torch.no_grad():
+        state = wm.observe(_batch(2, 3, seed=4))
+        expected = (wm.unpatch(wm.reconstruct(state["h"])).clamp(0, 1) * 255).round().to(torch.uint8)
+        assert torch.equal(wm.decode(state), expected)
+
+
+def test_start_stride_takes_every_kth_start_state_and_its_continue():
+    # catches: start_cont not strided like the start states (starts weighted by other steps' ends)
+    every, strided = _model(), _model(start_stride=2)
+    batch = _batch(2, 5, seed=6)
+    batch.terminal[0, 1] = batch.terminal[1, 2] = True
+    with torch.no_grad():
+        a, b = every.loss(batch), strided.loss(batch)
+    steps = [0, 2, 4]
+    torch.testing.assert_close(b.start_cont, a.start_cont.view(2, 5)[:, steps].reshape(-1))
+    torch.testing.assert_close(b.start["hstar"], a.start["hstar"].view(2, 5, 8, 32)[:, steps].reshape(6, 8, 32))
+
+
+def test_the_state_term_trains_the_prior():
+    # catches: the prior detached in ‖h^q − h^p‖² (the posterior is then pulled to the prior, but
+    # nothing pulls the prior, which imagination runs on, to the posterior)
+    wm = _model(state_weight=1.0, recon_weight=0.0, reward_weight=0.0, cont_weight=0.0).train()
+    batch = _batch(2, 4, seed=5)
+    params = list(wm.prior_blocks.parameters())
+    got = torch.autograd.grad(wm.loss(batch).losses["model"], params)
+    states, priors = wm.rollout(batch)
+    hand = (states["h"] - priors).square().mean((-2, -1))[:, 1:].mean()
+    for g, e in zip(got, torch.autograd.grad(hand, params)):
+        torch.testing.assert_close(g, e, atol=1e-6, rtol=1e-4)
+
+
+def test_vector_entries_are_encoded_and_reconstructed_in_symlog_space():
+    # catches: a vector entry projected (or its reconstruction scored) in raw units instead of
+    # symlog (DreamerV3 eq. 10), decode not mapping the reconstruction back through symexp
+    from wmzoo.interfaces import obs_entries
+    from wmzoo.nn.distributions import symexp, symlog
+    from wmzoo.testing import CHECK_DICT_ENV, synthetic_batch
+
+    torch.manual_seed(0)
+    wm = TokenWMWorldModel(PRESETS["tiny"], CHECK_DICT_ENV).eval()
+    batch = synthetic_batch(CHECK_DICT_ENV, 2, 3, torch.device("cpu"), seed=1)
+    state = obs_entries(batch.obs)["state"]
+    assert state.abs().max() > 3  # symlog differs from the identity here
+    with torch.no_grad():
+        torch.testing.assert_close(wm.encode(batch.obs)[..., -1, :], wm.vector_in["state"](symlog(state)))
+        out = wm.loss(batch)
+        post = wm.rollout(batch)[0]["h"]
+        pred = wm.reconstruct_vectors(post)["state"]
+        assert out.metrics["recon_state"] == pytest.approx(float((pred - symlog(state)).square().mean()), rel=1e-5)
+        last = {k: v[:, -1] for k, v in wm.rollout(batch)[0].items()}
+        decoded = obs_entries(wm.decode(last))["state"]
+        torch.testing.assert_close(decoded, symexp(wm.reconstruct_vectors(last["h"])["state"]))
+
+
+def test_a_window_that_starts_inside_an_episode_reads_no_action_at_its_first_step():
+    # catches: the rollout's first prior reading action[0], the action taken *after* obs[0] (a
+    # window not starting an episode has no previous action: the zero action, as observe_step)
+    wm = _model()
+    batch = _batch(2, 3, seed=8)
+    batch.is_first[:] = False
+    other = Batch(**{f: getattr(batch, f).clone() for f in ("obs", "action", "reward", "terminal", "is_first")})
+    other.action[:, 0] = (other.action[:, 0] + 1) % ENV.num_actions
+    with torch.no_grad():
+        (states, priors), (states2, priors2) = wm.rollout(batch), wm.rollout(other)
+    torch.testing.assert_close(priors[:, 0], priors2[:, 0])
+    torch.testing.assert_close(states["h"][:, 0], states2["h"][:, 0])
+    assert not torch.allclose(priors[:, 1], priors2[:, 1])

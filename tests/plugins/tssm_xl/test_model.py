@@ -215,6 +215,20 @@ def test_causality() -> None:
         torch.testing.assert_close(fx[t]["deter"], fy[t]["deter"])
 
 
+def test_dynamics_observe_returns_the_prior_of_the_prior_logits() -> None:
+    # catches: the prior's stoch drawn from the posterior's logits (the Dynamics contract's
+    # prior then equals the posterior)
+    model = tiny_model()
+    batch = make_batch(2, 4, seed=10)
+    with torch.no_grad():
+        post, prior = model.dynamics.observe(model.encoder(batch.obs), encode_action(batch.action, model.env),
+                                             batch.is_first, sample=False)
+    mode = torch.nn.functional.one_hot(prior["logits"].argmax(-1), prior["logits"].shape[-1]).to(prior["stoch"].dtype)
+    torch.testing.assert_close(prior["stoch"], mode)  # straight-through: equal up to rounding
+    assert not torch.allclose(prior["stoch"], post["stoch"])
+    assert torch.equal(prior["deter"], post["deter"])
+
+
 @given(seed=st.integers(0, 10_000))
 @settings(max_examples=5, deadline=None)
 def test_features_carry_the_stochastic_latent(seed: int) -> None:

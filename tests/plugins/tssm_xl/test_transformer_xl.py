@@ -218,3 +218,13 @@ def test_attention_cost_grows_with_the_cache() -> None:
         hook.remove()
         widths.append(seen["shape"][-1])
     assert widths == [20, 36, 68]
+
+
+def test_sinusoid_embedding_by_hand() -> None:
+    # catches: a frequency base other than 10000, distances shifted by one (the reference
+    # above uses the same function, so it cannot see either)
+    emb = sinusoid_embedding(torch.tensor([0.0, 3.0], dtype=torch.float64), 4)
+    w = torch.tensor([1.0, 10000 ** -0.5], dtype=torch.float64)
+    expected = torch.stack([torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64),
+                            torch.cat([(3 * w).sin(), (3 * w).cos()])])
+    torch.testing.assert_close(emb, expected)
