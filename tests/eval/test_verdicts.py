@@ -84,7 +84,9 @@ def test_three_seeds_use_the_exact_permutation_test_and_separate_nothing():
     # rows below 5 and their counts instead of calling every cell short of seeds
     mixed = seeds_warning(2, paired=False, rows={"S4WM": 5, "RSSM-BPTT": 2, "TokenWM": 3})
     assert mixed is not None and mixed.startswith("Rows with fewer than 5 seeds per cell: RSSM-BPTT 2, TokenWM 3 (the most: 5)")
-    assert "smallest two-sided p 0.5 at 2 seeds" in mixed and "p 0.0952 at 2 against 5 seeds, unpaired" in mixed
+    assert "smallest two-sided p 0.5 at 2 seeds" in mixed and "p 0.0476 at 2 against 5 seeds, unpaired" in mixed
+    # that smallest p is what the test gives the most extreme data (unequal groups: 1 of 21 splits)
+    assert permutation_test([0.0, 0.0], [1.0] * 5, paired=False) == pytest.approx(1 / 21)
     assert "S4WM" not in mixed
     assert seeds_warning(2, paired=False, rows={"a": 2, "b": 2}) == seeds_warning(2, paired=False)
 

@@ -194,7 +194,8 @@ def permutation_test(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
 
     p = the fraction of rearrangements whose ``|mean difference|`` is at least the observed one
     (the observed arrangement counts, so p >= 2 / the number of rearrangements when the
-    observed difference is not 0)."""
+    observed difference is not 0 and the groups are of equal size; 1 / that number when they
+    differ, since no split mirrors the observed one)."""
     x = _values(a, "a permutation test")
     if b is None or paired:
         d = x if b is None else x - _values(b, "a permutation test")
@@ -318,7 +319,8 @@ def seeds_warning(seeds: int, paired: bool, rows: Mapping[str, int] | None = Non
     if rows and len(set(rows.values())) > 1:
         few = ", ".join(f"{label} {n}" for label, n in rows.items() if n < FEW_SEEDS)
         most = max(rows.values())
-        against = 2 / (2**seeds if paired else math.comb(seeds + most, seeds))
+        # unequal groups have no mirror split: only the observed one can be the most extreme
+        against = 2 / 2**seeds if paired else (2 if seeds == most else 1) / math.comb(seeds + most, seeds)
         return (f"Rows with fewer than {FEW_SEEDS} seeds per cell: {few} (the most: {most}). Such a row cannot be "
                 f"declared above a baseline (exact sign-flip test: smallest two-sided p {2 / 2**seeds:.3g} at "
                 f"{seeds} seeds) and is separated from another row only by the exact permutation test (smallest "
