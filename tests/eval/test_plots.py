@@ -54,3 +54,32 @@ def test_grid_animation_has_one_row_per_source_and_one_frame_per_step(tmp_path):
     assert np.asarray(gif.convert("RGB"))[66 + 10, left + 5].tolist() == [160, 160, 160]  # and at t = 4 grey
     with pytest.raises(WmzooError, match="gif or a .png"):
         grid_animation(tmp_path / "g.mp4", [("real", real)])
+
+
+def test_clipped_bands_leave_the_axis_to_the_lines_and_say_so(tmp_path, monkeypatch):
+    # Catches: an axis sized to a two-seed t interval (25 times the values' spread, every line
+    # flattened), a band drawn past the plot's edge, bands cut without the label saying so
+    from wmzoo.eval.plots import band_limits, curves_plot
+
+    wide = {"a": ([1, 4, 9], [1.0, 0.5, 0.0], [-6.0, -5.0, -4.0], [7.0, 6.0, 5.0]), "b": ([1, 9], [0.2, 0.1], None, None)}
+    low, high = band_limits(wide, {"random": -0.5})
+    assert (low, high) == pytest.approx((-0.5 - 0.225, 1.0 + 0.225))  # lines and baseline, 15 % of 1.5 each side
+    assert band_limits({"c": ([0, 1], [2.0, 2.0], None, None)}) == pytest.approx((1.7, 2.3))
+    clipped = np.asarray(Image.open(curves_plot(tmp_path / "c.png", wide, "x", "y", hlines={"random": -0.5},
+                                                clip_bands=True)).convert("RGB"))
+    full = np.asarray(Image.open(curves_plot(tmp_path / "f.png", wide, "x", "y", hlines={"random": -0.5})).convert("RGB"))
+    def line_rows(image):  # rows of "a"'s line inside the plot area (the legend's swatch left out)
+        return np.nonzero((image[:, 72:525] == (30, 90, 200)).all(-1))[0]
+
+    # the line from 1.0 to 0.0 spans most of the plot's height when clipped, a sliver when not
+    assert np.ptp(line_rows(clipped)) > 4 * np.ptp(line_rows(full))
+    from PIL import ImageDraw
+
+    texts: list[str] = []
+    monkeypatch.setattr(ImageDraw.ImageDraw, "text", lambda self, xy, text, *a, **k: texts.append(text))
+    curves_plot(tmp_path / "t.png", wide, "x", "y", clip_bands=True)
+    curves_plot(tmp_path / "n.png", {"b": wide["b"]}, "x", "z", clip_bands=True)  # no band: nothing cut
+    assert "y (bands cut at the plot's edge)" in texts and "z" in texts
+    band = (np.abs(clipped.astype(int) - (202, 216, 242)) <= 3).all(-1)  # "a"'s band: 60/255 of its colour
+    rows = np.nonzero(band[:, 72:525].any(1))[0]
+    assert rows.min() >= 30 and rows.max() <= 390 and rows.size > 300  # it fills the plot and stops at its edges

@@ -90,12 +90,30 @@ def _dashed(draw: ImageDraw.ImageDraw, start: tuple[float, float], end: tuple[fl
 BASELINE_COLOURS = [(0, 0, 0), (130, 130, 130), (90, 60, 30)]
 
 
+def band_limits(series: Mapping[str, Series], hlines: Mapping[str, float] | None = None,
+                pad: float = 0.15) -> tuple[float, float]:
+    """The y range of the lines and baselines alone, widened by ``pad`` of its span on each side
+    (bands ignored): a t interval over two seeds can be 25 times the spread of its values, and
+    an axis sized to it flattens every line."""
+    values = np.concatenate([np.asarray(s[1], float) for s in series.values()]
+                            + [np.array(list((hlines or {}).values()), float)])
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return 0.0, 1.0
+    low, high = float(values.min()), float(values.max())
+    span = high - low or abs(high) or 1.0
+    return low - pad * span, high + pad * span
+
+
 def curves_plot(path: str | Path, series: Mapping[str, Series], xlabel: str, ylabel: str,
                 title: str | None = None, width: int = 720, height: int = 440,
-                hlines: Mapping[str, float] | None = None, vlines: Mapping[str, float] | None = None) -> Path:
+                hlines: Mapping[str, float] | None = None, vlines: Mapping[str, float] | None = None,
+                clip_bands: bool = False) -> Path:
     """Labelled lines on one axis, each ``label -> (x, mean, low, high)`` with a shaded band
     between ``low`` and ``high`` (``None``: no band); a legend at the right. ``hlines`` /
-    ``vlines``: baselines, ``label -> value``, drawn as dashed horizontal / vertical lines."""
+    ``vlines``: baselines, ``label -> value``, drawn as dashed horizontal / vertical lines.
+    ``clip_bands``: the y axis spans the lines and baselines (:func:`band_limits`), bands are cut
+    at its edges, and the y label says so when one was."""
     if not series:
         raise WmzooError("a curves plot needs at least one series")
     hlines, vlines = dict(hlines or {}), dict(vlines or {})
@@ -104,6 +122,14 @@ def curves_plot(path: str | Path, series: Mapping[str, Series], xlabel: str, yla
     every_x = np.concatenate([np.asarray(s[0], float) for s in series.values()] + [np.array(list(vlines.values()))])
     every_y = np.concatenate([np.asarray(v, float) for s in series.values() for v in s[1:] if v is not None]
                              + [np.array(list(hlines.values()))])
+    if clip_bands:
+        y0, y1 = band_limits(series, hlines)
+        bands = [np.asarray(v, float) for s in series.values() for v in s[2:] if v is not None]
+        if any(((b < y0) | (b > y1)).any() for b in bands):
+            ylabel += " (bands cut at the plot's edge)"
+        every_y = np.array([y0, y1])
+        series = {label: (x, mean, *(None if v is None else np.clip(np.asarray(v, float), y0, y1) for v in (low, high)))
+                  for label, (x, mean, low, high) in series.items()}
     legend = 170
     axes = _Axes(draw, (70, 30, width - 20 - legend, height - 50), every_x, every_y, xlabel, ylabel)
     if title:

@@ -864,7 +864,8 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
         curves_plot(folder / name, {label: (s["x"], s["mean"], s["low"], s["high"]) for label, s in series.items()},
                     "env steps" if online else "updates",
                     "training-episode return" if online else "training loss (own objective; no baseline)", title=env,
-                    hlines=report["baselines"].get(env) if online and report["score"] == "mean_return" else None)
+                    hlines=report["baselines"].get(env) if online and report["score"] == "mean_return" else None,
+                    clip_bands=True)
         figures[f"curves {env}"] = name
     normalised = report["normalised"]["score"]
     if report["aggregate"]:
@@ -888,7 +889,7 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
                   for label, r in sweep["rows"].items()}
         series.update({b: (sweep["steps"], _nan_for_none(values), None, None) for b, values in sweep["baselines"].items()})
         curves_plot(folder / name, series, "memory length (steps back to the information)",
-                    f"{score_label}, mean [95 % t]", title=task)
+                    f"{score_label}, mean [95 % t]", title=task, clip_bands=True)
         figures[f"score against memory length {task}"] = name
         if report["mode"] != "online":  # offline curves are training losses, not returns
             continue
@@ -901,7 +902,7 @@ def draw_figures(report: Mapping[str, Any], folder: Path) -> dict[str, str]:
         if hardest:
             name = f"memory-{task}-hardest-solved-curves.png"
             curves_plot(folder / name, hardest, "env steps", "training-episode return, mean [95 % t]",
-                        title=f"{task}: each row at the longest length it solves")
+                        title=f"{task}: each row at the longest length it solves", clip_bands=True)
             figures[f"learning curves at the longest length solved {task}"] = name
     for env, series in report.get("memory", {}).items():
         name = f"gen-mse-per-step-{env}.png"
