@@ -85,3 +85,75 @@ def test_random_actions_are_in_range():
     assert set(actions.tolist()) == set(range(5))
     cont = random_actions(2, discrete=False)(torch.zeros(100, 3), {})[0]
     assert cont.shape == (100, 2) and cont.abs().max() <= 1
+
+
+class LinearModel(torch.nn.Module):
+    """Differentiable dynamics with a parameter: x' = W x + a; reward = Σ x'; always continues."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def features(self, state: State) -> torch.Tensor:
+        return state["x"]
+
+    def decode(self, state: State) -> torch.Tensor:
+        return state["x"].round().clamp(0, 255).to(torch.uint8)[:, :, None, None]
+
+    def imagine_step(self, state: State, action: torch.Tensor) -> Step:
+        x = self.lin(state["x"]) + action
+        return Step(state={"x": x}, reward=x.sum(-1), cont=torch.ones(x.shape[0]), features=x)
+
+
+def test_grad_keeps_the_graph_to_the_actions_and_the_policy_reads_detached_features():
+    # catches: a graph kept when grad is off, the policy reading features that carry gradient
+    model = LinearModel()
+    seen: list[bool] = []
+    raw = torch.tensor([[0.5, -0.5]], requires_grad=True)
+
+    def act(features: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        seen.append(features.requires_grad)
+        return raw * 1.0, state
+
+    start = {"x": torch.ones(1, 2)}
+    traj = imagine(model, act, start, 3)  # type: ignore[arg-type]
+    assert not traj.rewards.requires_grad and not traj.features.requires_grad
+    seen.clear()
+    traj = imagine(model, act, start, 3, grad=True)  # type: ignore[arg-type]
+    assert seen == [False, False, False]  # actor(sg(s))
+    (grad,) = torch.autograd.grad(traj.rewards.sum(), raw)
+    assert grad.abs().sum() > 0
+
+
+def test_the_recorded_policy_state_survives_a_policy_that_updates_its_state_in_place():
+    # catches: the trajectory keeping the very dict the policy then mutates (the start state lost)
+    def counting(features: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        state["n"] = state["n"] + 1
+        return torch.ones(features.shape[0], dtype=torch.long), state
+
+    start = {"x": torch.zeros(2, dtype=torch.long)}
+    traj = imagine(CounterModel(limit=100), counting, start, 3, policy_state={"n": torch.tensor([7, 9])})  # type: ignore[arg-type]
+    assert traj.policy_state["n"].tolist() == [7, 9]
+
+
+def test_decoded_images_follow_the_imagined_states():
+    # catches: every image decoded from the start state instead of the state of its step
+    start = {"x": torch.tensor([0, 5])}
+    traj = imagine(CounterModel(limit=100), replay_actions(torch.tensor([[1, 2], [3, 1]])), start, 2, decode=True)  # type: ignore[arg-type]
+    assert traj.images is not None
+    assert traj.images[:, :, 0, 0, 0].tolist() == [[0, 5], [1, 7], [4, 8]]
+
+
+def test_frozen_parameters_take_no_gradient_inside_and_keep_their_flags_after():
+    # catches: frozen() not switching requires_grad off, or not restoring it afterwards (or
+    # unfreezing a parameter that was frozen before)
+    from wmzoo.imagination import frozen
+
+    model = LinearModel()
+    model.lin.bias.requires_grad_(False)  # frozen before: stays frozen
+    x = torch.ones(1, 2, requires_grad=True)
+    with frozen(model):
+        assert not any(p.requires_grad for p in model.parameters())
+        model.lin(x).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0 and model.lin.weight.grad is None
+    assert model.lin.weight.requires_grad and not model.lin.bias.requires_grad

@@ -491,3 +491,15 @@ def test_entropy_bonus_lowers_the_actor_loss(eta: float, seed: int, discrete: bo
             p -= 1e-3 / eta * p.grad
         after = a.dist(traj.features[:-1]).entropy()
     assert (traj.weights[:-1] * after).mean() > bonus
+
+
+def test_actions_carry_a_graph_only_for_backprop_under_grad_mode() -> None:
+    # catches: act() switching grad mode on unconditionally (a REINFORCE actor, or any actor inside
+    # imagination's no_grad, would then build a graph through every imagined step)
+    features = torch.randn(5, FEATURES)
+    backprop = DreamerPolicy(tiny(actor_grad="backprop"), (FEATURES,), CONTINUOUS)
+    reinforce = DreamerPolicy(tiny(actor_grad="reinforce"), (FEATURES,), CONTINUOUS)
+    assert backprop.act(features, {})[0].requires_grad
+    assert not reinforce.act(features, {})[0].requires_grad
+    with torch.no_grad():
+        assert not backprop.act(features, {})[0].requires_grad

@@ -187,3 +187,43 @@ def test_reinforce_losses_normalise_by_at_least_one() -> None:
     trajectory.weights = torch.zeros(3, 2, dtype=torch.float64)
     loss, _ = reinforce_losses(logits, values, trajectory, gamma=0.5, lam=0.5, entropy=0.1)
     assert loss.item() == 0.0
+
+
+# --------------------------------------------------------------------------- burn-in and build checks
+
+
+def test_burn_in_steps_resets_before_each_episode_start_and_after_the_last_context_step() -> None:
+    # catches: resets before a context step ignored, the start's own is_first ignored, the start
+    # step itself run as context (T_c = T − 1 steps, not T)
+    from wmzoo.agents.returns import burn_in_steps
+
+    calls: list[int] = []
+
+    def step(t: int, state: dict) -> dict:
+        calls.append(t)
+        return {"n": state["n"] * 10 + t + 1}
+
+    initial = {"n": torch.zeros(3, dtype=torch.long)}
+    is_first = torch.zeros(3, 4, dtype=torch.bool)
+    is_first[1, 2] = True  # row 1: a new episode at context step 2
+    is_first[2, 3] = True  # row 2: the imagination start begins an episode
+    out = burn_in_steps(step, initial, is_first)
+    assert calls == [0, 1, 2]
+    assert out["n"].tolist() == [123, 3, 0]
+
+
+def test_check_frame_policy_checks_both_sides() -> None:
+    # catches: a frame width that does not divide by the CNN's factor passing unchecked
+    from wmzoo.agents.returns import check_frame_policy
+    from wmzoo.errors import SpecError
+    from wmzoo.interfaces import EnvInfo
+
+    env = EnvInfo("e", (3, 64, 64), 4)
+    assert check_frame_policy("p", (3, 64, 32), env, 16) == (3, 64, 32)
+    for shape in ((3, 64, 40), (3, 40, 64)):
+        with pytest.raises(SpecError, match="do not divide by 16"):
+            check_frame_policy("p", shape, env, 16)
+    with pytest.raises(SpecError, match=r"frames \[C, H, W\]"):
+        check_frame_policy("p", (64,), env, 16)
+    with pytest.raises(SpecError, match="discrete"):
+        check_frame_policy("p", (3, 64, 64), EnvInfo("c", (3, 64, 64), 2, discrete=False), 16)

@@ -120,3 +120,40 @@ def test_two_hot_keeps_float32_bins_and_loss_under_bf16_logits():
     assert half.encode(target.bfloat16()).dtype == torch.float32  # a bf16 target too (CUDA's case, reversed)
     torch.testing.assert_close(half.encode(target), TwoHot(logits).encode(target))
     torch.testing.assert_close(half.log_prob(target), TwoHot(logits).log_prob(target), atol=0.02, rtol=0.01)
+
+
+def test_mode_passes_the_straight_through_gradient_and_log_prob_matches_torch() -> None:
+    # catches: mode() returning a bare one-hot (no gradient to the logits), log_prob reading the
+    # probabilities instead of the log-probabilities
+    logits = torch.tensor([[0.3, 2.0, -1.0], [1.0, 0.0, 0.5]], requires_grad=True)
+    dist = OneHotCategoricalST(logits)
+    w = torch.tensor([1.0, -2.0, 0.5])
+    (grad_mode,) = torch.autograd.grad((dist.mode() * w).sum(), logits, retain_graph=True)
+    (grad_probs,) = torch.autograd.grad((dist.probs * w).sum(), logits)
+    torch.testing.assert_close(grad_mode, grad_probs)
+    assert grad_mode.abs().sum() > 0
+    onehot = torch.nn.functional.one_hot(torch.tensor([2, 0]), 3).float()
+    ref = torch.distributions.Categorical(logits=logits.detach()).log_prob(torch.tensor([2, 0]))
+    torch.testing.assert_close(dist.log_prob(onehot).detach(), ref)
+
+
+def test_modes_makes_every_draw_its_mode_and_forced_gaussians_replace_draws() -> None:
+    # catches: modes() ignored by OneHotCategoricalST.sample, gaussian_sample or sample_class (a
+    # deterministic comparison of a model's forms would then sample), forced draws ignored
+    from wmzoo.nn.distributions import forced_gaussians, gaussian_sample, modes
+    from wmzoo.nn.heads import sample_class
+
+    torch.manual_seed(0)
+    logits = torch.zeros(200, 4)
+    logits[:, 1] = 0.1  # nearly uniform: a draw is not the mode three times in four
+    mean, std = torch.full((200,), 2.0), torch.ones(200)
+    assert not torch.equal(OneHotCategoricalST(logits).sample().argmax(-1), torch.ones(200, dtype=torch.long))
+    assert not torch.equal(sample_class(logits), torch.ones(200, dtype=torch.long))
+    assert not torch.equal(gaussian_sample(mean, std), mean)
+    with modes():
+        assert torch.equal(OneHotCategoricalST(logits).sample().argmax(-1), torch.ones(200, dtype=torch.long))
+        assert torch.equal(sample_class(logits), torch.ones(200, dtype=torch.long))
+        assert torch.equal(gaussian_sample(mean, std), mean)
+    with forced_gaussians(lambda m, s: m - 3 * s):
+        assert torch.equal(gaussian_sample(mean, std), torch.full((200,), -1.0))
+    assert not torch.equal(gaussian_sample(mean, std), torch.full((200,), -1.0))  # restored after

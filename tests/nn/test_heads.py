@@ -84,3 +84,47 @@ def test_token_heads_classes_and_losses() -> None:
         end_head[-1].bias.copy_(torch.tensor([0.0, 9.0]))  # class 1: an end
     assert (reward_head.expected(x) > 0.99).all() and (reward_head.sample(x) == 1).all()
     assert (end_head.continue_probability(x) < 0.01).all() and (end_head.sample(x) == 0).all()
+
+
+def test_heads_loss_and_metrics_read_features_one_step_later_by_hand() -> None:
+    # catches: the reward or continue head read at features[:, :-1] (targets one step late), the
+    # continue accuracy's threshold flipped, the reward error not taken absolute
+    import torch.nn.functional as F
+
+    from wmzoo.nn.distributions import TwoHot
+
+    torch.manual_seed(0)
+    heads = RewardContinueHeads(features=6, hidden=8, layers=1)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.copy_(torch.randn(p.shape))
+    feat = torch.randn(2, 5, 6)
+    batch = make_batch(2, 5)
+    batch.terminal[0, 1] = batch.terminal[1, 2] = True
+    batch.is_first[1, 4] = True
+    reward_t, cont_t, mask = reward_cont_targets(batch)
+    dist = TwoHot(heads.reward(feat[:, 1:]))
+    logit = heads.cont(feat[:, 1:]).squeeze(-1)
+    r, c, metrics = heads.loss(feat, batch)
+    torch.testing.assert_close(r, (-dist.log_prob(reward_t))[mask].mean())
+    torch.testing.assert_close(c, F.binary_cross_entropy_with_logits(logit, cont_t, reduction="none")[mask].mean())
+    torch.testing.assert_close(metrics["reward_mae"], (dist.mean() - reward_t).abs()[mask].mean())
+    torch.testing.assert_close(metrics["cont_acc"], ((logit > 0).float() == cont_t).float()[mask].mean())
+    assert 0 < metrics["cont_acc"] < 1  # a threshold flipped would give 1 − accuracy
+
+
+def test_two_hot_reward_head_loss_is_the_masked_negative_log_likelihood() -> None:
+    # catches: the two-hot reward loss's sign flipped (it would push the likelihood down)
+    from wmzoo.nn.distributions import TwoHot
+    from wmzoo.nn.heads import TwoHotRewardHead
+
+    torch.manual_seed(0)
+    head = TwoHotRewardHead(4, bins=15)
+    x = torch.randn(2, 3, 4)
+    reward = torch.tensor([[0.5, -2.0, 0.0], [3.0, 0.1, -0.4]])
+    mask = torch.tensor([[True, False, True], [True, True, True]])
+    nll = -TwoHot(head(x)).log_prob(reward)
+    loss = head.loss(x, reward, mask)
+    assert loss.item() > 0
+    torch.testing.assert_close(loss, nll[mask].mean())
+    torch.testing.assert_close(head.sample(x), TwoHot(head(x)).mean())

@@ -96,3 +96,26 @@ def test_kl_spec_forms_are_exclusive_and_round_trip() -> None:
     assert KLSpec.model_validate(paper.model_dump()) == paper
     with pytest.raises(ValidationError):
         KLSpec(balance=1.5)
+
+
+def test_latent_head_mixes_in_one_percent_uniform_over_its_mlp_logits() -> None:
+    # catches: the unimix mixture left out of CategoricalLatent, the MLP's layer count ignored
+    torch.manual_seed(0)
+    head = CategoricalLatent(in_dim=5, stoch=2, classes=4, hidden=8, layers=2, unimix=0.01)
+    assert len(head.mlp.hidden) == 2
+    with torch.no_grad():
+        head.mlp.out.bias.copy_(torch.tensor([60.0, 0.0, 0.0, -60.0] * 2))  # an almost one-hot raw softmax
+    x = torch.randn(3, 5)
+    raw = head.mlp(x).reshape(3, 2, 4).softmax(-1)
+    torch.testing.assert_close(head(x).softmax(-1), 0.99 * raw + 0.01 / 4)
+
+
+def test_sample_latent_draws_when_asked_and_passes_straight_through_gradients() -> None:
+    # catches: sample_latent returning the mode even when asked for a sample
+    torch.manual_seed(0)
+    logits = torch.zeros(500, 1, 3, requires_grad=True)  # uniform: the mode is always class 0
+    z = sample_latent(logits, sample=True)
+    counts = z.detach().sum((0, 1))
+    assert (counts > 100).all()  # every class is drawn about 1/3 of the time
+    (grad,) = torch.autograd.grad((z * torch.tensor([1.0, 2.0, 3.0])).sum(), logits)
+    assert grad.abs().sum() > 0

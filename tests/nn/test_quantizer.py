@@ -123,3 +123,62 @@ def test_tokenizer_loads_checkpoints_that_named_the_codebook_embedding() -> None
     fresh = Tokenizer(spec, (3, 8, 8))
     fresh.load_state_dict(state)
     torch.testing.assert_close(fresh.codebook, tok.codebook + 1.0)
+
+
+def test_codebook_gradient_comes_from_the_codebook_term_only_and_metrics_count_codes() -> None:
+    # catches: the commitment term without sg(e) (it would train the codes β times more), codes_used
+    # counting tokens instead of distinct codes, an initialisation outside U(−1/N, 1/N)
+    torch.manual_seed(0)
+    vq = VectorQuantizer(4, 2, beta=0.25)
+    assert vq.codebook.abs().max() <= 1 / 4
+    with torch.no_grad():
+        vq.codebook.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]]))
+    h = torch.tensor([[0.9, 0.1], [0.8, -0.1], [0.1, 1.2]], requires_grad=True)  # codes 0, 0, 1
+    q = vq(h)
+    assert q.tokens.tolist() == [0, 0, 1] and q.metrics["codes_used"] == 2.0
+    q.loss.backward()
+    e = vq.codebook.detach()[q.tokens]
+    expected = torch.zeros(4, 2).index_add_(0, q.tokens, 2 * (e - h.detach()) / h.numel())
+    torch.testing.assert_close(vq.codebook.grad, expected)
+
+
+def test_cosine_vectors_pass_the_straight_through_gradient_to_the_encoder() -> None:
+    # catches: post(e) without the straight-through z + sg(e − z) (no gradient reaches pre or h)
+    ema = _ema().eval()
+    h = torch.randn(5, 6, requires_grad=True)
+    q = ema(h)
+    w = torch.randn(6)
+    (grad,) = torch.autograd.grad((q.vectors * w).sum(), h)
+    h2 = h.detach().clone().requires_grad_()
+    z = F.normalize(ema.pre(h2), dim=-1)
+    (ema.post(z) * w).sum().backward()  # straight-through: the gradient of post(z)
+    torch.testing.assert_close(grad, h2.grad)
+
+
+def test_revival_threshold_usage_reset_and_window() -> None:
+    # catches: dead codes taken below 1/N instead of 1/(10N), revived codes' usage not reset to 1/N,
+    # the revival window one update too long, revival stopped by the window although the entropy
+    # has collapsed below 1 bit
+    ema = _ema(num=8)
+    usage = torch.tensor([0.9, 0.05, 0.04, 0.004, 0.003, 0.002, 0.0005, 0.0005])  # < 1/80: codes 3..7
+    ema.usage.copy_(usage)
+    ema.codebook.copy_(F.normalize(torch.randn(8, 4), dim=-1))
+    h = torch.randn(16, 6)
+    z = F.normalize(ema.pre(h), dim=-1).detach()
+    counts = torch.bincount((z @ ema.codebook.t()).argmax(-1), minlength=8)
+    after = 0.98 * usage + 0.02 * counts / 16  # the usage EMA comes first
+    q = ema(h)
+    dead = [c for c in range(8) if after[c] < 1 / 80]
+    assert q.metrics["codes_revived"] == len(dead) > 0
+    assert torch.equal(ema.usage[dead], torch.full((len(dead),), 1 / 8))
+    assert (ema.usage[[c for c in range(1, 3)]] != 1 / 8).all()  # above 1/(10N): kept
+
+    once = _ema(num=16, revival_updates=1)  # threshold log2 16 − 2 = 2 bits
+    once.usage.copy_(torch.tensor([0.5, 0.5] + [0.0] * 14))  # about 1 bit: revival only inside the window
+    assert once(torch.randn(16, 6)).metrics["codes_revived"] > 0  # update 0 < 1
+    once.usage.copy_(torch.tensor([0.5, 0.5] + [0.0] * 14))
+    assert once(torch.randn(16, 6)).metrics["codes_revived"] == 0.0  # update 1: closed
+
+    never = _ema(num=8, revival_updates=0)
+    never.usage.copy_(torch.tensor([1.0] + [0.0] * 7))  # collapsed (0 bits < 1): revived anyway
+    assert never(torch.randn(16, 6)).metrics["codes_revived"] > 0

@@ -98,3 +98,60 @@ def test_overflow_raises() -> None:
     model(torch.randn(1, 3, 8), cache)
     with pytest.raises(ValueError, match="overflow"):
         model(torch.randn(1, 2, 8), cache)
+
+
+def reference_gpt(model: CausalTransformer, x: torch.Tensor) -> torch.Tensor:
+    """minGPT written out: ``x + Attn(LN1(x))``, ``x + MLP(LN2(x))`` (4× GELU), causal softmax
+    attention ``softmax(QKᵀ / √d_head) V`` per head, then the final LayerNorm."""
+    import torch.nn.functional as F
+
+    B, n, D = x.shape
+    H, dh = model.heads, model.head_dim
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    for block in model.blocks:
+        h = F.layer_norm(x, (D,), block.ln1.weight, block.ln1.bias)
+        q, k, v = (h @ block.attn.qkv.weight.T + block.attn.qkv.bias).split(D, -1)
+        q, k, v = (t.reshape(B, n, H, dh).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2) / dh**0.5).masked_fill(~causal, float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, n, D)
+        x = x + y @ block.attn.proj.weight.T + block.attn.proj.bias
+        f = F.layer_norm(x, (D,), block.ln2.weight, block.ln2.bias)
+        lin1, lin2 = block.mlp[0], block.mlp[2]
+        x = x + F.gelu(f @ lin1.weight.T + lin1.bias) @ lin2.weight.T + lin2.bias
+    return F.layer_norm(x, (D,), model.ln_f.weight, model.ln_f.bias)
+
+
+def test_transformer_is_the_explicit_gpt_stack() -> None:
+    # catches: LN1 and LN2 swapped, a residual dropped, the final LayerNorm left out, another MLP
+    # activation (every parameter random, so two LayerNorms cannot stand in for each other)
+    torch.manual_seed(0)
+    model = CausalTransformer(2, 8, 2).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape) * 0.5)
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(model(x), reference_gpt(model, x), atol=1e-5, rtol=1e-5)
+
+
+def test_gpt_initialisation() -> None:
+    # catches: a weight std other than 0.02, biases left at their default initialisation
+    torch.manual_seed(0)
+    model = CausalTransformer(1, 256, 4)
+    model.apply(init_gpt_weights)
+    w = model.blocks[0].mlp[0].weight
+    assert 0.019 < w.std().item() < 0.021 and abs(w.mean().item()) < 1e-3
+    assert all(m.bias.abs().max() == 0 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert model.ln_f.weight.eq(1).all() and model.ln_f.bias.eq(0).all()
+
+
+def test_restart_positions_and_episode_index_by_hand() -> None:
+    # catches: positions before the first start not offset by `first`, positions counted from 1
+    # after a start, episode indices not cumulative
+    from wmzoo.nn.transformer import episode_index, restart_positions
+
+    starts = torch.tensor([[False, False, True, False, True, False], [False] * 6])
+    assert restart_positions(starts).tolist() == [[0, 1, 0, 1, 0, 1], [0, 1, 2, 3, 4, 5]]
+    assert restart_positions(starts, 10).tolist() == [[10, 11, 0, 1, 0, 1], [10, 11, 12, 13, 14, 15]]
+    assert restart_positions(starts, torch.tensor([3, 7])).tolist() == [[3, 4, 0, 1, 0, 1], [7, 8, 9, 10, 11, 12]]
+    assert episode_index(starts).tolist() == [[0, 0, 1, 1, 2, 2], [0] * 6]
+    assert episode_index(starts, torch.tensor([4, 2])).tolist() == [[4, 4, 5, 5, 6, 6], [2] * 6]

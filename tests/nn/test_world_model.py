@@ -103,3 +103,45 @@ def test_the_objective_weights_each_term_by_its_own_scale(backbone):
     m = wm.loss(batch).metrics
     assert min(m["recon"], m["reward"], m["cont"], m["kl_loss"]) > 0
     assert m["model"] == pytest.approx(2 * m["recon"] + 3 * m["reward"] + 5 * m["cont"] + m["kl_loss"], rel=1e-5)
+
+
+@torch.no_grad()
+def test_imagine_step_reads_the_heads_on_the_new_prior_features():
+    # catches: the imagined reward and continue read from the state before the step (one step late)
+    wm = model("rssm")
+    torch.nn.init.normal_(wm.heads.cont.out.weight, std=0.3)
+    state = wm.observe_step(wm.initial_state(2), episode(1).obs[:, 0], torch.zeros(2, dtype=torch.long),
+                            torch.ones(2, dtype=torch.bool))
+    step = wm.imagine_step(state, torch.tensor([1, 2]))
+    reward, cont = wm.heads.predict(wm.features(step.state))
+    torch.testing.assert_close(step.features, wm.features(step.state))
+    torch.testing.assert_close(step.reward, reward)
+    torch.testing.assert_close(step.cont, cont)
+    assert (reward - wm.heads.predict(wm.features(state))[0]).abs().max() > 1e-4
+
+
+@torch.no_grad()
+def test_latent_objective_reduces_kl_over_the_mask_and_names_its_metrics():
+    # catches: kl_mask ignored (every step's KL counted), the "kl" metric showing the rep term,
+    # post_entropy computed from the prior logits
+    from wmzoo.interfaces import Batch
+    from wmzoo.nn.latent import kl_loss
+    from wmzoo.nn.world_model import latent_objective
+
+    wm = model("rssm")
+    spec = wm.spec.model_copy(update={"kl": wm.spec.kl.model_copy(update={"free": 0.0, "dyn_scale": 0.5, "rep_scale": 0.1})})
+    g = torch.Generator().manual_seed(3)
+    batch = episode(4)
+    feat = torch.randn(2, 4, wm.feature_shape[0], generator=g)
+    post = torch.randn(2, 4, 3, 5, generator=g) * 2
+    prior = torch.randn(2, 4, 3, 5, generator=g)
+    mask = torch.tensor([[False, True, True, True], [False, False, True, True]])
+    _, m = latent_objective(spec, wm.decoder, wm.heads, feat, post, prior, batch, mask)
+    terms = kl_loss(post, prior, spec.kl)
+    assert m["kl_loss"] == pytest.approx(terms.loss[mask].mean().item(), rel=1e-5)
+    assert m["kl"] == pytest.approx(terms.dyn[mask].mean().item(), rel=1e-5)
+    assert m["kl_rep"] == pytest.approx(terms.rep[mask].mean().item(), rel=1e-5)
+    assert m["kl_loss"] != pytest.approx(terms.loss.mean().item(), rel=1e-3)
+    entropy = lambda logits: -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1).sum(-1).mean().item()  # noqa: E731
+    assert m["post_entropy"] == pytest.approx(entropy(post), rel=1e-5)
+    assert m["prior_entropy"] == pytest.approx(entropy(prior), rel=1e-5)
