@@ -104,11 +104,9 @@ def test_dead_codes_are_revived_from_inputs_while_entropy_is_low() -> None:
     assert ema.entropy() > 0
 
 
-def test_revival_window_and_codebook_size() -> None:
-    # revival_updates=0 (Δ-IRIS Crafter): no revival once the entropy is at least 1 bit
-    ema = _ema(num=8, revival_updates=0)
-    ema.usage.copy_(torch.tensor([0.5, 0.5] + [0.0] * 6))  # 1 bit: low, but not collapsed
-    assert ema(torch.randn(16, 6)).metrics["codes_revived"] == 0.0
+def test_entropy_threshold_and_codebook_size() -> None:
+    # (the revival window: test_revival_threshold_usage_reset_and_window; a check here at N = 8
+    # could not fail, the EMA lifting a 1-bit usage above its threshold whatever the window)
     assert _ema(num=8).entropy_threshold == math.log2(8) - 2
     with pytest.raises(SpecError, match="power of 2"):
         CosineEMAQuantizer(12, 4, 6)
