@@ -100,6 +100,16 @@ def test_rows_run_to_different_seed_counts_are_named_and_the_full_rows_still_dec
     assert report["verdicts"][ENVS[0]]["rssm:tiny"]["best constant"]["holds"]
 
 
+def test_each_cell_state_lists_its_own_cells():
+    # Catches: the cells of every unfinished state listed together after the last count, so an
+    # interrupted cell reads as one not started
+    report = _report(5)
+    report["cells"] = {"done": ["a"], "interrupted": ["b / env / seed 1: stopped"], "not started": ["c / env / seed 2"]}
+    text = markdown(report)
+    assert ("- done: 1\n- interrupted: 1\n  - b / env / seed 1: stopped\n- not started: 1\n  - c / env / seed 2\n"
+            in text)
+
+
 def test_raw_scores_of_two_envs_are_not_pooled():
     # Catches: aggregates of mean returns of envs of different scale
     baselines = {env: {"random policy": 0.1} for env in ENVS}

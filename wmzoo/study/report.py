@@ -1177,10 +1177,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     seeds = f"{fewest}" if fewest == most else f"{fewest} to {most}"
     lines += [f"Mode: {report['mode']}, {what}, {seeds} training seeds per cell. Score: {score} "
               f"({better} is better). Baselines are computed on the same data and seeds as the backbones.", ""]
-    lines += ["## Cells", ""] + [f"- {state}: {len(names)}" for state, names in report["cells"].items()]
-    for state, names in report["cells"].items():
-        if state != "done":
-            lines += [f"  - {n}" for n in names]
+    lines += ["## Cells", ""]
+    for state, names in report["cells"].items():  # each state's cells under its own count
+        lines += [f"- {state}: {len(names)}"] + ([f"  - {n}" for n in names] if state != "done" else [])
     lines += ["", "## Parameters (world model)", ""]
     target = report["params_target"]
     lines += [f"Parameter budget: {target:,}." if target else "Not parameter-matched (each backbone at its preset)."]
