@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wmzoo.errors import WmzooError
+from wmzoo.errors import WmzooError, split_names
 from wmzoo.limits import IMAGINE_FRAMES, TEMPERATURES
 from wmzoo.outputs import AGGREGATE_JSON, BENCH_JSON, EVAL_JSON, IMAGE, check_output
 
@@ -53,14 +53,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
-
-
-def _comma_list(text: str) -> list[str]:
-    """``A,B`` → ``["A", "B"]`` (spaces around names dropped, empty names refused)."""
-    items = [item.strip() for item in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"{text!r}: give names separated by commas, e.g. A,B")
-    return items
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     for key, example in (("rows", "S4WM,RSSM-TBTT"), ("envs", "crafter"), ("seeds", "3,4")):
-        p.add_argument(f"--{key}", type=_comma_list, default=[], metavar=key[:-1].upper() + "[,...]",
+        p.add_argument(f"--{key}", metavar=key[:-1].upper() + "[,...]",
                        help=f"run only the cells of these {key} (e.g. {example}); the others wait for a later run")
     p = study_sub.add_parser("report", help="report.md, figures and report.json of a study folder")
     p.add_argument("out", metavar="DIR", help="the study folder (--out of study run)")
@@ -684,9 +676,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    precisions = [p.strip() for p in args.precision.split(",")]
-    if "" in precisions:
-        raise WmzooError(f"--precision {args.precision!r}: an empty entry; give fp32, bf16 or fp32,bf16")
+    precisions = split_names(args.precision, "--precision")
     records = run_bench(
         args.backbones, args.mode, args.preset, args.batch, args.seq_len, args.horizon,
         args.iters, args.warmup, args.env, args.device, args.decode, precisions, args.compile,
@@ -808,16 +798,17 @@ def cmd_study(args: argparse.Namespace) -> int:
         path = write_report(args.out, reps=args.reps, bench=not args.no_bench, video=not args.no_video)
         print(f"wrote {path}")
         return 0
-    from wmzoo.study.run import run_study
+    from wmzoo.study.run import SELECT_KEYS, run_study
 
     raw = load_config(args.spec, what="study ")
     study = study_from_dict(raw, f"study {args.spec}: ")
     parameters = dict(parse_override(item) for item in args.submitit)
     records = run_study(study, raw, args.out, jobs=args.jobs, executor=args.executor, threads=args.threads,
                         show_progress=not args.no_progress, submitit_parameters=parameters,
-                        only={"rows": args.rows, "envs": args.envs, "seeds": args.seeds})
+                        only={key: split_names(getattr(args, key), f"--{key}", unique=True)
+                              for key in SELECT_KEYS if getattr(args, key) is not None})
     done = sum(r.get("state") == "done" for r in records)
-    chosen = " chosen" if args.rows or args.envs or args.seeds else ""
+    chosen = " chosen" if any(getattr(args, key) is not None for key in SELECT_KEYS) else ""
     print(f"{done} of {len(records)}{chosen} cells done in {args.out}/cells")
     if not args.no_report and done:
         from wmzoo.study.report import write_report

@@ -289,4 +289,8 @@ def test_rows_envs_and_seeds_choose_the_cells_that_run(tmp_path: Path, monkeypat
     path.write_text(yaml.safe_dump(spec))
     assert main(["study", "run", str(path), "--out", str(tmp_path / "new"), "--rows", "s4wm:tiny,rssm"]) == 2
     assert "--rows rssm: not in this study (its rows: rssm:tiny, s4wm:tiny, rem:tiny); nothing was run" in capsys.readouterr().err
+    for flags, says in ((["--seeds", "1,,2"], "--seeds '1,,2': an empty entry"), (["--envs", "crafter,crafter"],
+                        "crafter is given twice"), (["--rows", ""], "--rows '': an empty entry")):
+        assert main(["study", "run", str(path), "--out", str(tmp_path / "new"), *flags]) == 2
+        assert says in capsys.readouterr().err
     assert not (tmp_path / "new").exists()

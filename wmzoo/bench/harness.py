@@ -83,7 +83,7 @@ from torch import nn
 from wmzoo.atomic import write_text_atomic
 from wmzoo.config import check_fits_in_memory
 from wmzoo.device import check_precision, compile_failures, resolve_device
-from wmzoo.errors import WmzooError
+from wmzoo.errors import WmzooError, split_names
 from wmzoo.imagination import ActFn, imagine, random_actions
 from wmzoo.interfaces import Batch, EnvInfo, Policy, WorldModel, map_state
 from wmzoo.registry import default_registry, env_info, make_env, policy_spec, world_model_spec
@@ -182,13 +182,9 @@ def _rss_mb() -> float:
 def parse_backbones(text: str, default_preset: str) -> list[tuple[str, str, str]]:
     """``"rssm:paper,s4wm"`` -> ``[("rssm:paper", "rssm", "paper"), ("s4wm", "s4wm", default)]``."""
     out = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
+    for item in split_names(text, "--backbones"):
         name, _, preset = item.partition(":")
         out.append((item, name, preset or default_preset))
-    if not out:
-        raise WmzooError("--backbones: give at least one NAME[:PRESET]")
     return out
 
 
@@ -252,10 +248,7 @@ def bench_envs(env: str | None) -> list[str | None]:
     pixel one: the CNN's cost as a ratio that a change of load between them cannot move)."""
     if env is None:
         return [None]
-    names = [name.strip() for name in env.split(",")]
-    if not all(names) or len(set(names)) < len(names):
-        raise WmzooError(f"--env {env}: give env names separated by commas, each once")
-    return names
+    return split_names(env, "--env", unique=True)
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -469,9 +469,8 @@ def run_study(
     """Run every cell not yet done (``jobs`` at a time, ``threads`` torch threads each; default
     cores ÷ ``jobs``); returns the cells' records. ``only``: run just the cells whose row, env and
     seed are among the given ones (:func:`select_cells`, whose records alone are returned), the
-    rest left for a later run. SIGTERM
-    lets each running cell save its checkpoint (``interrupted``), starts no other, and raises one
-    line."""
+    rest left for a later run. SIGTERM lets each running cell save its checkpoint
+    (``interrupted``), starts no other, and raises one line."""
     if jobs < 1:
         raise WmzooError(f"--jobs {jobs}: must be at least 1")
     if threads is not None and threads < 1:
@@ -482,7 +481,7 @@ def run_study(
     out = check_output_folder(out, STUDY_FILE, "--out")
     with study_lock(out):
         cells = prepare(study, raw, out, log)
-        chosen = select_cells(cells, study, only or {})
+        chosen = select_cells(cells, only or {})
         if len(chosen) < len(cells):
             flags = " ".join(f"--{key}" for key, values in (only or {}).items() if values)
             log(f"{len(cells) - len(chosen)} of {len(cells)} cells are outside {flags}: left for a later run")
@@ -537,11 +536,10 @@ def check_selection(study: StudySpec, only: Mapping[str, Sequence[str]]) -> None
                              f"{', '.join(have[key])}); nothing was run")
 
 
-def select_cells(cells: Sequence[Cell], study: StudySpec, only: Mapping[str, Sequence[str]]) -> list[Cell]:
+def select_cells(cells: Sequence[Cell], only: Mapping[str, Sequence[str]]) -> list[Cell]:
     """The cells whose row (``label``), env and seed are among ``only["rows"]``, ``["envs"]`` and
-    ``["seeds"]`` (a key absent or empty: every one), in plan order; a value the study does not
-    have is an error naming the ones it has."""
-    check_selection(study, only)
+    ``["seeds"]`` (a key absent or empty: every one), in plan order; ``only`` is checked first
+    by :func:`check_selection`."""
     wanted = {key: {str(v) for v in values} for key, values in only.items() if values}
     return [c for c in cells
             if all(str(value) in wanted[key] for key, value in (("rows", c.label), ("envs", c.env), ("seeds", c.seed))
