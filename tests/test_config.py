@@ -157,3 +157,27 @@ def test_the_memory_check_builds_the_model_for_the_env_it_is_given(monkeypatch):
     config.check_fits_in_memory(run, info)
     config.check_fits_in_memory(run)
     assert seen == [info, EnvInfo("minigrid-empty-5x5", (3, run.train.image_size, run.train.image_size), 18)]
+
+
+def test_a_run_preset_naming_a_missing_preset_says_which_run_preset_named_it():
+    # Catches: "unknown preset 'nope' of policy 'dreamer'" alone, which reads as if the user had
+    # typed 'nope' when they typed --preset mine.
+    from wmzoo import BackboneEntry, RunPreset, hookimpl
+    from wmzoo_plugins.rssm import PRESETS, RSSMSpec, RSSMWorldModel
+
+    class Plugin:
+        @hookimpl
+        def wmzoo_backbones(self):
+            return [BackboneEntry(name="misnamed-presets", spec=RSSMSpec, presets=PRESETS, build=RSSMWorldModel,
+                                  run_presets={"mine": RunPreset(model="tiny", policy="nope", train="tiny")})]
+
+    plugin = Plugin()
+    default_registry().register(plugin, name="test-misnamed-presets")
+    try:
+        with pytest.raises(WmzooError, match=r"^unknown preset 'nope' of policy 'dreamer' \(named by run preset "
+                                             r"'mine' of backbone 'misnamed-presets'\); known: "):
+            run_spec("misnamed-presets", "minigrid-empty-5x5", "mine")
+        with pytest.raises(WmzooError, match=r"^unknown preset 'huge' of backbone 'rssm'; known"):  # typed: no note
+            run_spec("rssm", "minigrid-empty-5x5", "huge")
+    finally:
+        default_registry().unregister(plugin)

@@ -54,7 +54,9 @@ def broken():
         # catches a SpecError printed without saying whose build refused the value
         ("raises-spec-error", "backbone 'raises-spec-error': heads=3 does not divide width 32"),
         # catches any other build failure escaping as a multi-line traceback
-        ("raises-runtime-error", "backbone 'raises-runtime-error' could not be built from these values (RuntimeError: shape mismatch)"),
+        ("raises-runtime-error", "backbone 'raises-runtime-error' could not be built (RuntimeError: shape mismatch); check the --set "
+                                 "values against `wmzoo spec`; if they are valid, its plugin failed (WMZOO_TRACEBACK=1 "
+                                 "prints where)"),
         ("returns-none", "backbone 'returns-none': its build returned a world model that is a NoneType"),
     ],
 )
@@ -67,3 +69,19 @@ def test_build_failures_are_one_line_naming_the_backbone(broken, name, message):
 def test_spec_error_of_a_bundled_backbone_names_field_and_fix():
     with pytest.raises(SpecError, match=r"^backbone 'rssm': cnn_stages=6: a 32x32 image .* between 1 and 5$"):
         create_world_model("rssm", ENV, overrides={"cnn_stages": 6})
+
+
+def test_a_plugin_build_failure_prints_its_traceback_only_when_asked(broken, monkeypatch, capsys):
+    # Catches: the traceback a plugin author needs lost (the chained cause dropped), or printed
+    # to every user by default instead of the one line.
+    from wmzoo.cli import main
+
+    argv = ["bench", "--backbones", "raises-runtime-error:tiny", "--mode", "train", "--iters", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and "WMZOO_TRACEBACK=1" in err
+    monkeypatch.setenv("WMZOO_TRACEBACK", "1")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: shape mismatch" in err and "in build" in err and "raise error" in err
+    assert err.rstrip().splitlines()[-1].startswith("wmzoo: error: backbone 'raises-runtime-error' could not be built")

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,8 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", required=True, choices=("train", "imagine", "env"),
                    help="env: env steps/s of --env under random actions, 1 env vs --envs in-process and in processes")
     p.add_argument("--preset", default="tiny", help="preset for names without :PRESET")
-    p.add_argument("--batch", type=int, default=16, help="sequences per batch (train) or imagined in parallel (imagine)")
-    p.add_argument("--seq-len", type=int, default=64, help="training length (train) or context (imagine)")
+    p.add_argument("--batch", type=int, default=16, help="sequences per batch (train) or imagined in parallel "
+                   "(imagine); the same for every backbone timed, whatever its preset's batch_size (default: 16)")
+    p.add_argument("--seq-len", type=int, default=64, help="training length (train) or context (imagine); the same "
+                   "for every backbone timed, whatever its preset's seq_len (default: 64)")
     p.add_argument("--horizon", type=int, default=15, help="imagined steps (imagine)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations of every configuration per round")
     p.add_argument("--rounds", type=int, default=3,
@@ -268,6 +271,8 @@ def _main(argv: list[str] | None) -> int:
             check_option(args.seed, RunSpec, "seed", "--seed")
         return COMMANDS[args.command](args) or 0
     except WmzooError as exc:
+        if os.environ.get("WMZOO_TRACEBACK") and exc.__cause__ is not None:  # a plugin author's view of it
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"wmzoo: error: {rank}{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -106,7 +106,11 @@ def run_spec(
     combo = _run_preset(entry, preset_name)
     model = from_preset(entry.spec, entry.presets, combo.model, tree["model"], f"backbone '{backbone}'", "model")
     pol_entry = registry.policy(policy)
-    pol = from_preset(pol_entry.spec, pol_entry.presets, combo.policy, tree["policy"], f"policy '{policy}'", "policy")
+    # the registry checks a run preset's model preset; its policy's (another entry) shows here,
+    # named as the run preset's, since the user typed only --preset
+    named = f" (named by run preset '{preset_name}' of backbone '{backbone}')" if combo.policy != preset_name else ""
+    pol = from_preset(pol_entry.spec, pol_entry.presets, combo.policy, tree["policy"], f"policy '{policy}'{named}",
+                      "policy")
     train_base = merge(TRAIN_PRESETS[combo.train].model_dump(), dict(combo.schedule))
     train = validate(TrainSpec, merge(train_base, tree["train"]), prefix="train")
     return _run(backbone=backbone, env=env, preset=preset_name, policy_name=policy,

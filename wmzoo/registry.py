@@ -777,8 +777,8 @@ def _build(what: str, build: Callable[..., Any], *args: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - a plugin's build may fail in any way; one line
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise WmzooError(
-            f"{what} could not be built from these values ({type(exc).__name__}: {first}); "
-            "check the --set values against `wmzoo spec`"
+            f"{what} could not be built ({type(exc).__name__}: {first}); check the --set values against "
+            "`wmzoo spec`; if they are valid, its plugin failed (WMZOO_TRACEBACK=1 prints where)"
         ) from exc
 
 

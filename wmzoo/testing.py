@@ -308,6 +308,14 @@ def check_parallel_equals_recurrent(
     try:
         with modes(), torch.no_grad():
             steps = [wm.features(state) for state in filter_rows(wm, data)]
+            again = [wm.features(state) for state in filter_rows(wm, data)]
+            for t, (first, second) in enumerate(zip(steps, again)):
+                torch.testing.assert_close(
+                    first, second, rtol=rtol, atol=atol,
+                    msg=lambda m, t=t: f"observe_step() row by row gives other features at row {t} when run twice "
+                    "inside wmzoo.nn.modes(): a latent drawn outside wmzoo.nn's samplers (e.g. torch.randn_like; "
+                    f"use wmzoo.nn.gaussian_sample or sample_class), or dropout left on in eval(): {m}",
+                )
             for t in sorted({0, T // 2, T - 1}):
                 parallel = wm.features(wm.observe(data.slice(0, t + 1)))
                 torch.testing.assert_close(
