@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("minigrid")
 
-from minigrid.core.world_object import Door, Key, Wall  # noqa: E402
+from minigrid.core.world_object import Door, Floor, Key, Wall  # noqa: E402
 
 from wmzoo.data.record import record_episode  # noqa: E402
 from wmzoo.envs import memory_tasks_2d as tasks  # noqa: E402
@@ -121,6 +121,8 @@ def test_distracting_memory_script(seed: int) -> None:
     assert cells[context - 1] == start  # ...and back, ending the context phase
     assert all(x > 50 for x in xs[context:])  # the query goes right only
     assert cells[-1] in inner.squares and len(cells) == 250
+    # Catches: the query script stepping up / down onto the other square than the one it chose
+    assert cells[-1] == inner.target
     square = inner.grid.get(*cells[-1])
     assert rewards == [0.0] * 248 + [float(square.color == inner.cue)]
 
@@ -271,3 +273,106 @@ def test_registered_and_available() -> None:
     registry = default_registry()
     for name in NAMES:
         assert env_availability(registry.env(name)) == (True, "")
+
+
+# --------------------------------------------------------------------------- layouts over seeds
+
+
+def test_distracting_memory_layouts_over_seeds() -> None:
+    """Width 20 over 60 seeds, against the layout the class docstring gives cell by cell: the
+    agent at hallway cell 10 facing right, walls above and below every hallway cell, two squares
+    of different non-red colours, distractors on about half the hallway cells, each cell of it
+    sometimes; the cue and the scripted target each above in some episodes and below in others."""
+    inner = tasks.make("distracting-memory-20", size=40).unwrapped
+    upper, lower = (23, 1), (23, 3)  # the junction is x = width + 3
+    cue_above, target_above, floors, floor_colours = [], [], np.zeros(20), set()
+    for seed in range(60):
+        inner.reset(seed=seed)
+        # Catches: the start off the hallway's middle cell, or facing another way than right
+        assert (inner.agent_pos, inner.agent_dir) == ((13, 2), RIGHT)
+        # Catches: a hallway cell (the first or the last) without its walls, walls over the junction
+        assert all(isinstance(inner.grid.get(x, y), Wall) for x in range(3, 23) for y in (1, 3))
+        assert inner.grid.get(23, 2) is None and inner.grid.get(2, 2) is None
+        colours = [inner.grid.get(*pos).color for pos in (upper, lower)]
+        # Catches: the squares drawn in red (the agent's colour) or in one colour
+        assert colours[0] != colours[1] and "red" not in colours and inner.cue in colours
+        assert inner.grid.get(1, 2).color == inner.cue and tuple(inner.squares) == (upper, lower)
+        cue_above.append(inner.cue == colours[0])
+        target_above.append(inner.target == upper)
+        floors += [isinstance(inner.grid.get(x, 2), Floor) for x in range(3, 23)]
+        floor_colours.update(obj.color for x in range(3, 23) if (obj := inner.grid.get(x, 2)))
+    # Catches: the cue always the first of the two colours drawn (always the upper square's)
+    assert 15 < sum(cue_above) < 45
+    # Catches: the query script always choosing the same square
+    assert 15 < sum(target_above) < 45
+    # Catches: a distractor probability other than 1/2; a hallway cell that never gets one
+    assert 0.4 < floors.mean() / 60 < 0.6 and (floors > 0).all()  # floors: per cell, over 60 seeds
+    # Catches: distractors drawn from fewer colours than MiniGrid's five (e.g. the squares' four)
+    assert floor_colours == {"red", "green", "blue", "purple", "yellow"}
+
+
+def test_multi_doors_keys_layouts_over_seeds() -> None:
+    """3 keys over 40 seeds: keys on the even lattice, doors in the wall ring off its corners, the
+    agent on a free cell in any of the 4 directions, the doors' colours the keys' in a shuffled
+    order, and the query's two tries after each key at two different doors."""
+    inner = tasks.make("multi-doors-keys-3", size=40).unwrapped
+    side = tasks.ROOM_SIDE[3]
+    corners = {(0, 0), (0, side + 1), (side + 1, 0), (side + 1, side + 1)}
+    directions, shuffled, door_first = set(), 0, 0
+    for seed in range(40):
+        inner.reset(seed=seed)
+        # Catches: keys off the lattice of even coordinates (next to a wall), doors in a corner
+        lattice = range(2, side, 2)
+        assert all(x in lattice and y in lattice for x, y in inner.keys)
+        assert all(x in (0, side + 1) or y in (0, side + 1) for x, y in inner.doors)
+        assert not corners & set(inner.doors) and len(set(inner.doors)) == 3
+        # Catches: the agent starting on a key's cell
+        assert inner.agent_pos not in inner.keys and inner.grid.get(*inner.agent_pos) is None
+        directions.add(inner.agent_dir)
+        door_first += inner.context_plan[0][1] in inner.doors
+        keys = [inner.grid.get(*p).color for p in inner.keys]
+        doors = [inner.grid.get(*p).color for p in inner.doors]
+        assert sorted(keys) == sorted(doors)
+        shuffled += keys != doors
+        # Catches: the two doors tried after a key drawn with replacement (one door tried twice)
+        plan = [pos for _, pos in inner.query_plan]
+        assert all(plan[i + 1] != plan[i + 2] for i in range(0, 9, 3))
+        assert sorted(plan[9:]) == sorted(inner.doors)
+    # Catches: a start direction never drawn (e.g. up, from _rand_int(0, 3))
+    assert directions == {RIGHT, DOWN, LEFT, UP}
+    # Catches: the doors coloured in the keys' order (not shuffled)
+    assert shuffled > 10
+    # Catches: the context visiting the keys first, then the doors (not in one random order)
+    assert 5 < door_first < 35
+
+
+def test_multi_doors_keys_unlock_attempt_flags_only_unlocks_facing_a_door() -> None:
+    # Catches: info["unlock_attempt"] set by any UNLOCK action (facing a wall, a key or nothing)
+    env = tasks.make("multi-doors-keys-3", size=40)
+    inner = _bare_room(env)  # at (2, 1) facing right
+    inner.grid.set(2, 0, Door("red", is_locked=True))
+    inner.grid.set(3, 1, Key("red"))
+
+    def flags(*actions: int) -> list[tuple[bool, float]]:
+        return [(info["unlock_attempt"], r) for _, r, _, _, info in map(env.step, actions)]
+
+    # UNLOCK facing the key (3, 1), then the wall (0, 1) from (1, 1); back at (2, 1), UP faces the
+    # door (2, 0): UNLOCK with no key is an attempt (unrewarded), PICKUP and WAIT facing it are not
+    assert flags(UNLOCK, LEFT, UNLOCK, RIGHT, UP, UNLOCK, PICKUP, WAIT) == [(False, 0.0)] * 5 + [
+        (True, 0.0), (False, 0.0), (False, 0.0)]
+    # RIGHT faces the key, PICKUP takes it; UP faces the door: UNLOCK opens it, a second tries again
+    opened = [(False, 0.0)] * 3 + [(True, 1.0), (True, 0.0)]
+    assert flags(RIGHT, PICKUP, UP, UNLOCK, UNLOCK) == opened
+    assert inner.held == [] and inner.agent_pos == (2, 1)
+
+
+def test_a_query_script_that_ends_on_the_last_step_fits() -> None:
+    # Catches: the redraw check simulating fewer steps than an episode has (a fitting layout redrawn)
+    env = tasks.make("multi-doors-keys-3", size=40)
+    inner = _bare_room(env)
+    inner.grid.set(2, 0, Door("red", is_locked=True))
+    inner.agent_dir = UP  # facing the door: each query step is one UNLOCK, one task done
+    for extra, fits in ((0, True), (1, False)):
+        plan = [("unlock", (2, 0))] * (inner.query_length + extra)
+        inner.context_plan, inner.query_plan = [], plan
+        assert inner._scripts_fit() is fits  # the query phase has query_length actions, no more

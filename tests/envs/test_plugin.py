@@ -55,6 +55,16 @@ def test_entries_and_extras() -> None:
     assert len(entries["bsuite-memory-len-*"].examples) == 23 and len(entries["bsuite-discounting-chain-*"].examples) == 20
     assert entries["bsuite-memory-len-*"].extra == "bsuite" == entries["bsuite-discounting-chain-*"].extra
     assert set(entries["memory-maze-13x13"].requires) == {"memory_maze", "gym", "dm_control"}
+    # Catches: a memory task's or a BSuite family's requires or extra wrong (availability misreported)
+    for rooms in ("two", "four", "ten"):
+        for name in (f"{rooms}-rooms", f"{rooms}-rooms-teleport"):
+            assert set(entries[name].requires) == {"memory_maze", "gym", "dm_control"}
+            assert entries[name].extra == "memory-maze"
+    for name in ("distracting-memory-8", "distracting-memory-20", "distracting-memory-100", "distracting-memory-200",
+                 "distracting-memory-400", "multi-doors-keys-3", "multi-doors-keys-5", "multi-doors-keys-7"):
+        assert entries[name].requires == ("minigrid",) and entries[name].extra == "minigrid"
+    assert entries["bsuite-memory-len-*"].requires == ("bsuite",) == entries["bsuite-discounting-chain-*"].requires
+    assert entries["babyai-*"].extra == "minigrid" and "minigrid-memory-s7" in entries["minigrid-*"].examples
     for e in entries.values():
         assert e.description
         params = inspect.signature(e.make).parameters

@@ -366,3 +366,39 @@ def test_memory_declarations_are_checked_without_popgym_or_bsuite():
     assert popgym_memory("popgym-repeat-first-hard-full").steps == 0
     assert popgym_memory("popgym-repeat-first-medium").task == "popgym-repeat-first"
     assert popgym_memory("popgym-autoencode-easy") is None
+
+
+@needs_popgym
+def test_each_popgym_name_builds_the_class_the_docstring_names():
+    # Catches: a task (or a difficulty) mapped to another's class, e.g. the noisy Pendulum to the plain one
+    # The class is the task's name in CamelCase but where the module docstring names another (and
+    # for two that POPGym spells its own way).
+    differs = {"stateless-cartpole": "PositionOnlyCartPole", "noisy-stateless-cartpole": "NoisyPositionOnlyCartPole",
+               "stateless-pendulum": "PositionOnlyPendulum", "noisy-stateless-pendulum": "NoisyPositionOnlyPendulum",
+               "velocity-only-cartpole": "VelocityOnlyCartPole", "minesweeper": "MineSweeper"}
+    assert len(POPGYM_TASKS) == 14 and set(differs) < set(POPGYM_TASKS)
+    for task in POPGYM_TASKS:
+        cls = differs.get(task, task.title().replace("-", ""))
+        for difficulty in ("easy", "medium", "hard"):
+            env = make_env(f"popgym-{task}-{difficulty}")
+            assert type(env.unwrapped).__name__ == cls + difficulty.capitalize(), task
+
+
+def test_names_without_the_family_prefix_or_with_a_non_number_setting_are_unknown():
+    """Parsed by name only (no package needed)."""
+    from wmzoo.envs.pomdp import bsuite_memory, make_bsuite, make_popgym, popgym_memory
+
+    # Catches: popgym_parts accepting a name without "popgym-" (its task and difficulty alone)
+    with pytest.raises(UnknownNameError, match="popgym-repeat-previous-easy"):
+        make_popgym("repeat-previous-easy")
+    with pytest.raises(UnknownNameError):
+        popgym_memory("repeat-first-hard")
+    # Catches: a setting that is not a number reaching int() (a ValueError, not the one-line error)
+    for name in ("bsuite-memory-len-five", "bsuite-memory-len-1.5", "bsuite-discounting-chain-x"):
+        with pytest.raises(UnknownNameError, match=name.rsplit("-", 1)[0]):
+            make_bsuite(name)
+    with pytest.raises(UnknownNameError):
+        bsuite_memory("bsuite-memory-len-ten")
+    # Catches: _setting reading a name without its family's prefix (a bare "7" built as chain 7)
+    with pytest.raises(UnknownNameError, match="bsuite-discounting-chain-"):
+        make_bsuite("7")

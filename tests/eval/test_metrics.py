@@ -68,7 +68,7 @@ def test_iqm_is_scipy_trim_mean(runs, games, seed):
     assert metrics.aggregate_iqm(scores) == pytest.approx(stats.trim_mean(scores, 0.25, axis=None))
 
 
-def _plain_bootstrap(scores, statistic, reps, seed):
+def _plain_bootstrap(scores, statistic, reps, seed, confidence=0.95):
     """Loop by loop: per replicate and game, resample that game's runs with replacement."""
     runs, games = scores.shape
     idx = np.random.default_rng(seed).integers(0, runs, size=(reps, runs, games))
@@ -76,7 +76,8 @@ def _plain_bootstrap(scores, statistic, reps, seed):
     for r in range(reps):
         sample = [[scores[idx[r, i, j], j] for j in range(games)] for i in range(runs)]
         values.append(statistic(sample))
-    return np.percentile(values, [2.5, 97.5])
+    tail = 100 * (1 - confidence) / 2
+    return np.percentile(values, [tail, 100 - tail])
 
 
 def _plain_mean(sample):
@@ -121,6 +122,35 @@ def test_bootstrap_properties():
     assert metrics.aggregate(noisy, reps=2000, seed=3) == a  # seeded
 
 
+def test_aggregate_passes_its_seed_and_confidence_to_the_bootstrap():
+    # Catches: aggregate dropping its seed (every seed the seed-0 interval) or its confidence (95 %)
+    scores = np.random.default_rng(2).gamma(1.0, size=(4, 5))
+    for seed, confidence in ((3, 0.5), (11, 0.8)):
+        got = metrics.aggregate(scores, ["iqm"], reps=200, confidence=confidence, seed=seed)["iqm"]
+        expected = _plain_bootstrap(scores, _plain_iqm, 200, seed, confidence)
+        assert (got.low, got.high) == pytest.approx(tuple(expected))
+
+
+def test_bad_inputs_are_one_line_errors():
+    # Catches: reps = 0 or a confidence of 1 (or 0) accepted by the bootstrap
+    for reps, confidence in ((0, 0.95), (10, 1.0), (10, 0.0)):
+        with pytest.raises(WmzooError, match="reps >= 1 and 0 < confidence < 1"):
+            metrics.bootstrap_ci(TABLE, metrics.aggregate_mean, reps=reps, confidence=confidence)
+    # Catches: a non-finite score or an empty matrix reaching the statistics
+    for bad in ([[0.1, np.nan]], [[np.inf]], np.zeros((0, 3)), np.zeros((2, 0))):
+        with pytest.raises(WmzooError, match="finite|non-empty"):
+            metrics.bootstrap_ci(bad, metrics.aggregate_mean, reps=10)
+    # Catches: games without a single run accepted as a score matrix
+    with pytest.raises(WmzooError, match="same number"):
+        metrics.score_matrix({"a": [], "b": []})
+    # Catches: a negative rate, or no rates at all, given a Crafter score; no episodes given rates
+    for rates in ([-1.0, 50.0], []):
+        with pytest.raises(WmzooError, match="percent"):
+            metrics.crafter_score(rates)
+    with pytest.raises(WmzooError, match="at least one episode"):
+        metrics.success_rates([], ["collect_wood"])
+
+
 def test_score_matrix_and_errors():
     games, matrix = metrics.score_matrix({"b": [1.0, 2.0], "a": [3.0, 4.0]})
     assert games == ["a", "b"] and matrix.tolist() == [[3.0, 1.0], [4.0, 2.0]]
@@ -149,6 +179,9 @@ def test_success_rates():
     episodes = [["collect_wood", "wake_up"], ["collect_wood"], [], ["collect_wood", "place_table"]]
     rates = metrics.success_rates(episodes, ["collect_wood", "place_table", "wake_up", "eat_cow"])
     assert rates == {"collect_wood": 75.0, "place_table": 25.0, "wake_up": 25.0, "eat_cow": 0.0}
+    # Catches: the count divided by the number of achievements, not of episodes (4 and 4 above)
+    assert metrics.success_rates([["eat_cow"], []], ["eat_cow", "wake_up", "place_table"]) == {
+        "eat_cow": 50.0, "wake_up": 0.0, "place_table": 0.0}
 
 
 def _eval_file(tmp_path, name, env, ret, hns=None, backbone="rssm", preset="paper"):
@@ -187,6 +220,44 @@ def test_aggregate_cli(tmp_path, capsys):
     assert "not a wmzoo eval JSON" in capsys.readouterr().err
 
 
+def test_aggregate_eval_files_by_hand(tmp_path):
+    # Catches: per_game_mean over games instead of runs, the seed not reaching the bootstrap
+    hns = {("atari-pong", 0): 0.2, ("atari-pong", 1): 0.6, ("atari-pong", 2): 0.1,
+           ("atari-boxing", 0): 1.5, ("atari-boxing", 1): 0.9, ("atari-boxing", 2): 1.2}
+    files = [_eval_file(tmp_path, f"{env}-{seed}", env, 0.0, h) for (env, seed), h in hns.items()]
+    (group,) = metrics.aggregate_eval_files(files, reps=300, seed=5)
+    assert group["per_game_mean"] == pytest.approx({"atari-boxing": 1.2, "atari-pong": 0.3})
+    scores = np.array([[1.5, 0.2], [0.9, 0.6], [1.2, 0.1]])  # runs x games (sorted), in file order
+    mean = group["metrics"]["mean"]
+    assert (mean["low"], mean["high"]) == pytest.approx(tuple(_plain_bootstrap(scores, _plain_mean, 300, 5)))
+    # Catches: a group where one file lacks a human-normalised score scored by it (a KeyError)
+    mixed = [_eval_file(tmp_path, "m0", "atari-pong", 3.0, 0.2, backbone="iris"),
+             _eval_file(tmp_path, "m1", "atari-pong", 5.0, backbone="iris")]
+    (group,) = metrics.aggregate_eval_files(mixed, reps=10)
+    assert group["score"] == "mean_return" and group["per_game_mean"] == {"atari-pong": 4.0}
+    # Catches: raw returns of two envs pooled as if normalised
+    raw = [_eval_file(tmp_path, "r0", "crafter", 4.0), _eval_file(tmp_path, "r1", "atari-pong", 5.0)]
+    with pytest.raises(WmzooError, match="group rssm:paper: refusing to pool raw scores of 2"):
+        metrics.aggregate_eval_files(raw, reps=10)
+
+
+def test_format_aggregate_by_hand():
+    # Catches: an interval printed [high, low], a metric in another's column, HNS / return mislabelled
+    groups = [
+        {"group": "rssm:paper", "score": "human_normalized_score", "runs": 3, "games": ["a", "b"],
+         "metrics": {"mean": {"estimate": 0.5, "low": 0.25, "high": 0.75},
+                     "optimality_gap": {"estimate": 0.1, "low": 0.0, "high": 0.2}}},
+        {"group": "s4wm:tiny", "score": "mean_return", "runs": 1, "games": ["crafter"],
+         "metrics": {"iqm": {"estimate": 4.5, "low": 4.5, "high": 4.5}}},
+    ]
+    head, first, second = metrics.format_aggregate(groups).splitlines()
+    assert head.split() == ["group", "score", "runs", "games", "mean", "median", "iqm", "optimality_gap"]
+    assert first.split() == ["rssm:paper", "HNS", "3", "2", "0.500", "[0.250,", "0.750]", "-", "-",
+                             "0.100", "[0.000,", "0.200]"]
+    assert second.split() == ["s4wm:tiny", "return", "1", "1", "-", "-", "4.500", "[4.500,", "4.500]", "-"]
+    assert first.index("-") == head.index("median")  # columns line up under their heads
+
+
 def test_probability_of_improvement_is_the_mann_whitney_fraction_per_game():
     # Catches: ties counted as wins (or losses), averaging over all pairs of all games instead of
     # per game, x and y swapped.
@@ -212,6 +283,31 @@ def test_performance_profile_counts_scores_strictly_above_tau():
     fraction, low, high = performance_profile(scores, [-1.0, 1.0, 3.0], reps=500)
     assert fraction.tolist() == [1.0, 0.5, 0.0]
     assert (low <= fraction).all() and (fraction <= high).all()
+
+
+def test_probability_of_improvement_resamples_each_sides_own_runs():
+    # Catches: Y's runs resampled with X's run count, only one of X's resampled runs used
+    from wmzoo.eval.metrics import probability_of_improvement
+
+    # X one run at 1, Y runs at 0 and 2: a replicate's P(X > Y) is 1, 1/2 or 0 (Y drew 0 twice,
+    # once, never: each tail a quarter of the replicates)
+    p = probability_of_improvement(np.array([[1.0]]), np.array([[0.0], [2.0]]), reps=2000, seed=0)
+    assert (p.estimate, p.low, p.high) == (0.5, 0.0, 1.0)
+    # X runs 0, 0, 2 against Y at 1: P is the share of 2s among 3 draws, 0 with probability 8/27;
+    # 1/3 or less with 20/27 < 0.8, 2/3 or less with 26/27: the 20th and 80th percentiles 0 and 2/3
+    q = probability_of_improvement(np.array([[0.0], [0.0], [2.0]]), np.array([[1.0]]), reps=4000,
+                                   confidence=0.6, seed=0)
+    assert q.estimate == pytest.approx(1 / 3) and (q.low, q.high) == pytest.approx((0.0, 2 / 3))
+
+
+def test_performance_profile_interval_collapses_when_runs_agree():
+    # Catches: replicates counted with >= (a score at tau above it), percentiles over all taus at once
+    from wmzoo.eval.metrics import performance_profile
+
+    scores = np.array([[1.0, 0.0, 2.0], [1.0, 0.0, 2.0]])  # each game's runs agree: nothing to resample
+    fraction, low, high = performance_profile(scores, [0.0, 1.0, 1.5], reps=100)
+    for values in (fraction, low, high):
+        assert np.shape(values) == (3,) and values == pytest.approx([2 / 3, 1 / 3, 1 / 3])
 
 
 def test_mean_ci_over_seeds_is_the_student_t_interval():
