@@ -376,3 +376,26 @@ def test_a_query_script_that_ends_on_the_last_step_fits() -> None:
         plan = [("unlock", (2, 0))] * (inner.query_length + extra)
         inner.context_plan, inner.query_plan = [], plan
         assert inner._scripts_fit() is fits  # the query phase has query_length actions, no more
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, not fixed yet: MultiDoorsKeysEnv._advance reads the plan after "
+                   "step_count has left the context, so a context task done by the last context action stays; "
+                   "_scripts_fit then redraws layouts that fit. The fix changes which layout each seed draws "
+                   "(every generated Multi Doors Keys dataset), so it waits for a dataset version note.")
+def test_a_context_task_done_by_the_last_context_action_is_removed():
+    # Catches (once fixed): the task finished on the context's last action judged against the query plan.
+    env = tasks.MultiDoorsKeysEnv(3)
+    env.reset(seed=0)
+    for pos in env.keys:
+        env.grid.set(*pos, None)
+    for pos in env.doors:
+        env.grid.set(*pos, Wall())
+    env.grid.set(2, 0, Door("red", is_locked=True))
+    env.agent_pos, env.agent_dir = (2, 1), 0  # facing right, the door right above
+    env.context_plan, env.query_plan = [("visit", (2, 0))], []
+    env.step_count = env.context_length - 2  # the next action is the context's last
+    action = env.scripted_action()
+    assert action == UP
+    env.step(action)
+    assert env.front() == (2, 0)
+    assert env.context_plan == []
