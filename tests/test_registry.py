@@ -538,3 +538,25 @@ def test_check_behaviour_uses_the_budget_the_entry_declares(monkeypatch):
     assert testing.check_behaviour("rssm") == (1.0, -1.0)
     assert seen == {"updates": 7, "lr": 0.002}
     assert BehaviourCheck().updates == 800  # CONTRIBUTING's documented default
+
+
+@pytest.mark.parametrize(("direct_url", "hint"), [
+    ('{"url": "file:///home/me/my%20plugin", "dir_info": {"editable": true}}',
+     "fix plugin 'mine' in /home/me/my plugin (see CONTRIBUTING.md, 'When a plugin fails')"),
+    ('{"url": "file:///home/me/my-plugin", "dir_info": {}}', "pip install --upgrade my-plugin, or report it to its authors"),
+    (None, "pip install --upgrade my-plugin, or report it to its authors"),
+])
+def test_a_malformed_entry_of_an_editable_install_points_at_its_checkout(tmp_path, monkeypatch, direct_url, hint):
+    # Catches: "pip install --upgrade" told to the plugin's own author, whose checkout is where
+    # the fix goes; or a regular install (no direct_url.json, or not editable) sent to a folder.
+    from wmzoo.registry import PluginFailure
+
+    info = tmp_path / "my_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(direct_url)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    failure = PluginFailure(name="foo", dist="my-plugin", reason="presets['tiny'] is wrong", kind="backbone",
+                            stage="entry", plugin="mine")
+    assert failure.hint == hint

@@ -23,11 +23,13 @@ import dataclasses
 import difflib
 import fnmatch
 import importlib.util
+import json
 import os
 import re
 import sys
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -93,6 +95,25 @@ ENTRY_TYPES: tuple[EntryType, ...] = (
 INSTANCES_OF = {"presets": "spec"}
 
 
+def editable_location(dist: str) -> str | None:
+    """The folder a distribution is installed from in editable mode (``pip install -e``, PEP 610's
+    ``direct_url.json``), or ``None`` (a regular install, or not installed)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        text = distribution(dist).read_text("direct_url.json")
+    except PackageNotFoundError:
+        return None
+    try:
+        info = json.loads(text or "{}")
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not (info.get("dir_info") or {}).get("editable"):
+        return None
+    url = urllib.parse.urlparse(str(info.get("url", "")))
+    return urllib.parse.unquote(url.path) if url.scheme == "file" else None
+
+
 @dataclass(frozen=True)
 class PluginFailure:
     """A plugin, or one entry of it, that could not be used.
@@ -130,6 +151,9 @@ class PluginFailure:
             return f"unregister one of the two, or rename the entry of plugin '{self.source}'"
         if self.dist == BUNDLED_DIST:
             return "a bug in wmzoo: please report it"
+        where = editable_location(self.dist) if self.dist else None
+        if where:  # its author's own checkout (pip install -e): the fix is there, not an upgrade
+            return f"fix plugin '{self.source}' in {where} (see CONTRIBUTING.md, 'When a plugin fails')"
         if self.dist:
             return f"pip install --upgrade {self.dist}, or report it to its authors"
         return f"fix plugin '{self.source}' (see CONTRIBUTING.md, 'When a plugin fails')"
