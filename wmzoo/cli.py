@@ -808,12 +808,12 @@ def cmd_study(args: argparse.Namespace) -> int:
     raw = load_config(args.spec, what="study ")
     study = study_from_dict(raw, f"study {args.spec}: ")
     parameters = dict(parse_override(item) for item in args.submitit)
+    only = {key: split_names(getattr(args, key), f"--{key}", unique=True)
+            for key in SELECT_KEYS if getattr(args, key) is not None}
     records = run_study(study, raw, args.out, jobs=args.jobs, executor=args.executor, threads=args.threads,
-                        show_progress=not args.no_progress, submitit_parameters=parameters,
-                        only={key: split_names(getattr(args, key), f"--{key}", unique=True)
-                              for key in SELECT_KEYS if getattr(args, key) is not None})
+                        show_progress=not args.no_progress, submitit_parameters=parameters, only=only)
     done = sum(r.get("state") == "done" for r in records)
-    chosen = " chosen" if any(getattr(args, key) is not None for key in SELECT_KEYS) else ""
+    chosen = " chosen" if only else ""
     print(f"{done} of {len(records)}{chosen} cells done in {args.out}/cells")
     if not args.no_report and done:
         from wmzoo.study.report import write_report
