@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from memory_fakes import CONTEXT, QUERY, FakeEnvs
+from memory_fakes import CONTEXT, QUERY, FakeEnvs, FakeMemoryTask
 
 from wmzoo.atomic import temporary_path
 from wmzoo.cli import main
@@ -203,6 +203,54 @@ def test_mismatched_arguments_are_one_line_errors(tmp_path, capsys, extra, messa
     assert main([*args, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_dataset_of_another_env_version_is_read_as_it_is_and_never_resumed(tmp_path, capsys, monkeypatch):
+    # Catches: a resumed dataset mixing episodes from before and after a change that makes a seed
+    # draw other episodes; or the refusal deleting, rewriting or re-verifying-away what is there.
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    args = ["data", "generate", "--env", "fake-memory", "--episodes", "4", "--size", "16"]
+    assert main([*args, "--out", str(whole)]) == main([*args, "--episodes", "4", "--out", str(part)]) == 0
+    manifest = Manifest.read(part)
+    del manifest.files[3]  # interrupted before its last episode
+    manifest.write(part)
+    assert Manifest.read(whole).env_version == 1  # FakeMemoryTask declares no data_version
+    files = {p: p.read_bytes() for p in part.rglob("*") if p.is_file()}
+    monkeypatch.setattr(FakeMemoryTask, "data_version", 2, raising=False)
+    capsys.readouterr()
+    assert main([*args, "--out", str(part)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "3 verified of 4 episodes, recorded by version 1 of fake-memory's" in err
+    assert "this wmzoo records version 2" in err and "choose another --out" in err
+    assert {p: p.read_bytes() for p in part.rglob("*") if p.is_file()} == files  # nothing changed
+    assert main([*args, "--out", str(whole)]) == 0  # complete: read as it is, its version said
+    out = capsys.readouterr().out
+    assert "all 4 episodes already complete (checksums verified; recorded by version 1" in out
+    assert Manifest.read(whole).env_version == 1
+    path = whole / Manifest.read(whole).files[2].file
+    path.write_bytes(path.read_bytes()[:-7])  # a damaged episode cannot be regenerated either
+    assert main([*args, "--out", str(whole)]) == 2
+    assert "3 verified of 4 episodes" in capsys.readouterr().err and path.exists()
+    fresh = tmp_path / "fresh"
+    assert main([*args, "--out", str(fresh)]) == 0 and Manifest.read(fresh).env_version == 2
+    monkeypatch.setattr(FakeMemoryTask, "data_version", 0)
+    assert main([*args, "--out", str(tmp_path / "bad")]) == 2
+    assert "FakeMemoryTask.data_version is 0; it must be a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("version", "shown"), [('"2"', "'2'"), ("0", "0"), ("true", "True")])
+def test_a_manifest_with_a_bad_env_version_is_corrupt(tmp_path, version, shown):
+    # Catches: a hand-edited version accepted (a string never equals the env's int: resumes refused forever)
+    generate("fake-memory", 2, tmp_path, size=16, split=(0.5, 0.5, 0.0), log=quiet)
+    raw = (tmp_path / MANIFEST).read_text()
+    assert '"env_version": 1' in raw
+    (tmp_path / MANIFEST).write_text(raw.replace('"env_version": 1', f'"env_version": {version}'))
+    with pytest.raises(WmzooError, match=f"corrupt .*env_version {shown} is not a positive integer"):
+        Manifest.read(tmp_path)
+    old = json.loads(raw)
+    del old["env_version"]  # a manifest written before the field
+    (tmp_path / MANIFEST).write_text(json.dumps(old))
+    assert Manifest.read(tmp_path).env_version == 1
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,9 @@ class Manifest:
     source: dict[str, Any] | None = None
     """What an imported dataset was made from (``wmzoo data import-libero``: the files, the
     options, each episode's demonstration); ``None`` for a generated one. A re-run must match it."""
+    env_version: int = 1
+    """The env's ``data_version`` when its episodes were recorded (:func:`data_version`): a
+    dataset of another version is read as it is, but not resumed (its seeds draw other episodes)."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -100,6 +103,7 @@ class Manifest:
                 "complete": self.complete,
                 "files": [asdict(self.files[i]) for i in sorted(self.files)],
                 **({"source": self.source} if self.source is not None else {}),
+                "env_version": self.env_version,
             },
             indent=1,
         )
@@ -120,8 +124,11 @@ class Manifest:
             source = raw.get("source")
             if source is not None and not isinstance(source, dict):
                 raise ValueError(f"source is {type(source).__name__}, not an object")
+            version = raw.get("env_version", 1)  # manifests before the field: version 1
+            if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+                raise ValueError(f"env_version {version!r} is not a positive integer")
             return Manifest(args, raw["policy"], EnvInfo.from_dict(raw["env_info"]),
-                            raw["context_length"], raw["query_length"], files, source)
+                            raw["context_length"], raw["query_length"], files, source, version)
         except (ValueError, KeyError, TypeError) as exc:
             raise WmzooError(f"{path} is corrupt ({type(exc).__name__}: {exc}); regenerate the dataset") from None
 
@@ -139,6 +146,17 @@ def check_same(old: Arguments, new: Arguments, root: Path) -> None:
                 f"{root} holds a dataset generated with --{name} {show(a)}, not {show(b)}; "
                 "pass the same arguments to resume it or choose another --out"
             )
+
+
+def data_version(env: Any) -> int:
+    """The version of the episodes ``env`` records for a seed: its unwrapped env's
+    ``data_version`` (1 where it declares none). An env raises it when a change makes a seed
+    record different episodes, so that a dataset recorded before is not resumed with other ones."""
+    version = getattr(env.unwrapped, "data_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise WmzooError(f"{type(env.unwrapped).__name__}.data_version is {version!r}; "
+                         "it must be a positive integer")
+    return version
 
 
 def sha256(path: Path) -> str:

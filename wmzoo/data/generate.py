@@ -26,6 +26,7 @@ from wmzoo.data.dataset import (
     EpisodeFile,
     Manifest,
     check_same,
+    data_version,
     sha256,
     write_env_info,
 )
@@ -82,10 +83,12 @@ def generate(
         manifest = Manifest(
             args, policy, env_info(probe, env),
             task.context_length if task is not None else None,
-            task.query_length if task is not None else None, {},
+            task.query_length if task is not None else None, {}, env_version=data_version(probe),
         )
     finally:
         probe.close()
+    if existing is not None and existing.env_version != manifest.env_version:
+        return _other_version(root, existing, manifest.env_version, log)
     if policy == "random":
         log(f"{env} has no scripted policy or expert: recording a uniformly random policy")
     todo = prepare(root, manifest, existing, log)
@@ -96,6 +99,21 @@ def generate(
     else:
         _run(manifest, root, todo, workers, log)
     return manifest
+
+
+def _other_version(root: Path, existing: Manifest, version: int, log: Any) -> Manifest:
+    """A dataset recorded by another version of its env's episodes (:func:`data_version`):
+    used as it is when complete and every checksum verifies; otherwise refused, since its seeds
+    would now record other episodes. Nothing in ``root`` is changed either way."""
+    args = existing.args
+    bad = [e for e in existing.files.values() if not (root / e.file).is_file() or sha256(root / e.file) != e.sha256]
+    what = (f"version {existing.env_version} of {args.env}'s episodes; this wmzoo records version {version}, "
+            "where the same seeds can give other episodes")
+    if existing.complete and not bad:
+        log(f"{root}: all {args.episodes} episodes already complete (checksums verified; recorded by {what})")
+        return existing
+    raise WmzooError(f"{root} holds {len(existing.files) - len(bad)} verified of {args.episodes} episodes, recorded "
+                     f"by {what}: choose another --out to generate the dataset anew (nothing in {root} was changed)")
 
 
 def prepare(root: Path, manifest: Manifest, existing: Manifest | None, log: Any) -> list[int]:
