@@ -87,7 +87,7 @@ class REMSpec(WorldModelSpec):
 
 class REMWorldModel(WorldModel):
     """Tokenizer V and retentive world model M with POP (training: algorithms 1-2; imagination:
-    figure 4, exactly two RetNet calls per imagined step)."""
+    figure 4's two RetNet calls per imagined step, run as one chunk)."""
 
     spec: REMSpec
 
@@ -311,15 +311,23 @@ class REMWorldModel(WorldModel):
     def imagine_step(self, state: State, action: Tensor) -> Step:
         """Figure 4 / algorithm 7: call 1 absorbs ``(z_t, a_t)`` and reads the reward and
         termination at the action token; call 2 runs ``u`` from the new state and samples all K
-        next tokens at once. Reward and continue are returned as expectations (the engine
+        next tokens at once. The two calls run as one chunk of ``L + K`` tokens where the state
+        holds a real frame (:meth:`RetNet.absorb_then_predict`: the same outputs and state, one
+        pass through the layers). Reward and continue are returned as expectations (the engine
         weights by continue probabilities) rather than samples."""
-        out, retnet = self._absorb(state, action)
+        if bool(state["valid"].all()):  # both calls in one chunk (RetNet.absorb_then_predict)
+            x = self.embed_blocks(state["tokens"][:, None], action[:, None])
+            u = self.pred_tokens.expand(x.shape[0], *self.pred_tokens.shape)
+            out, y, retnet = self.retnet.absorb_then_predict(x, u, state["retnet"])
+            logits = self.obs_head(y)
+        else:  # a state without a real frame absorbs nothing (_absorb), then predicts
+            out, retnet = self._absorb(state, action)
+            logits = self.predict_tokens(retnet)
         if isinstance(self.reward_head, SignRewardHead):
             reward = self.reward_head.expected(out)
         else:
             reward = self.reward_head(out).squeeze(-1)
         cont = self.end_head.continue_probability(out)
-        logits = self.predict_tokens(retnet)
         tokens = torch.distributions.Categorical(logits=logits).sample()
         new = {"retnet": retnet, "tokens": tokens, "valid": torch.ones_like(state["valid"])}
         return Step(new, reward, cont, self.features(new))

@@ -179,6 +179,28 @@ def test_pop_forward_matches_prediction_tokens_run_from_each_block_state(c, L, P
         s = net(x[:, j * L:(j + 1) * L], s)[1]
 
 
+@settings(max_examples=15, deadline=None)
+@given(L=st.integers(1, 6), P=st.integers(1, 6), seed=st.integers(0, 1000), empty=st.booleans())
+def test_absorb_then_predict_equals_the_two_calls_of_an_imagination_step(L, P, seed, empty):
+    """REM's imagination step fused: the block's last output and the new state as one call over
+    the block, the prediction tokens' outputs as a second call from that state, not writing it.
+    Catches: the state absorbing the prediction tokens, their read of the state before the block,
+    a decay or rotary position off by the block's length, the wrong token kept as the block's."""
+    net = _net(seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, L, 16, generator=g, dtype=torch.float64)
+    u = torch.randn(3, P, 16, generator=g, dtype=torch.float64)
+    state = net.initial_state(3, dtype=torch.float64) if empty else net(torch.randn(3, 5, 16, generator=g, dtype=torch.float64))[1]
+    last, yu, new = net.absorb_then_predict(x, u, state)
+    y_ref, new_ref = net(x, state)
+    assert last.shape == (3, 16) and yu.shape == (3, P, 16)
+    torch.testing.assert_close(new, new_ref)
+    torch.testing.assert_close(last, y_ref[:, -1])
+    torch.testing.assert_close(yu, net(u, new_ref, update_state=False)[0])
+    with pytest.raises(ValueError, match="cannot be combined with resets"):
+        net(torch.cat([x, u], 1), state, reset=torch.zeros(3, L + P, dtype=torch.bool), absorb=L)
+
+
 def test_spec_rejects_heads_that_do_not_divide():
     with pytest.raises(ValueError, match="heads"):
         RetNetSpec(d_model=30, n_heads=4)

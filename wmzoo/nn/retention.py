@@ -163,6 +163,7 @@ def retention_chunk(
     block_len: int | None = None,
     update_state: bool = True,
     tables: ChunkTables | None = None,
+    state_tables: ChunkTables | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """One chunk of retention from ``state`` (REM eq. 4-5; with ``state = None`` the parallel form).
 
@@ -172,6 +173,9 @@ def retention_chunk(
     blocks are returned too, ``[B, c, h, d, d]``, computed as REM eq. 6-7: per-block sums
     ``S̃_j = (K_j ⊙ ζ)ᵀ V_j`` in parallel, then ``S_j = S̃_j + γ^L S_{j−1}`` (resets may then only
     fall on block starts). ``tables``: :func:`chunk_tables` of ``T`` when the caller keeps them.
+    ``state_tables``: :func:`chunk_tables` of ``n < T``: the new state absorbs the first ``n``
+    tokens alone, while every token's output is computed (the later ones read the state those
+    ``n`` leave, as a second chunk from it would: retention is linear in the state); no ``reset``.
     """
     B, h, T, d = q.shape
     dtype, device = q.dtype, q.device
@@ -194,6 +198,11 @@ def retention_chunk(
     if block_len is not None:
         blocks = _block_states(K, v, t.log_g, theta, state, reset, block_len)
         return out, blocks[:, -1], blocks
+    if state_tables is not None:  # the state absorbs the first n tokens alone
+        if reset is not None:
+            raise ValueError("state_tables cannot be combined with resets")
+        n = state_tables.zeta.shape[1]
+        K, v, t = K[:, :, :n], v[:, :, :n], state_tables
     weighted = K * t.zeta if last is None else K * t.zeta * last  # ζ_m = γ^{T−m}
     new = weighted.transpose(-1, -2) @ v
     if state is not None:
@@ -349,16 +358,18 @@ class RetNetLayer(nn.Module):
 
     def chunk(
         self, x: Tensor, state: Tensor | None, reset: Tensor | None, update_state: bool = True,
-        keep_last: int | None = None,
+        keep_last: int | None = None, absorb: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Chunkwise form over ``x [N, T, d]`` from ``state [N, h, d_h, d_h]``; with
         ``keep_last = n`` only the last ``n`` tokens' outputs are computed past the retention
-        (the state still absorbs every token)."""
+        (the state still absorbs every token); ``absorb = n``: the state absorbs the first ``n``
+        tokens alone (:func:`retention_chunk`'s ``state_tables``)."""
         h = self.norm1(x)
         q, k, v = self.msr.project(h)
         o, new, _ = retention_chunk(
             q, k, v, self.msr.gamma, self.msr.theta, state, reset, update_state=update_state,
             tables=self.msr.tables(x.shape[1], q.dtype),
+            state_tables=None if absorb is None else self.msr.tables(absorb, q.dtype),
         )
         if keep_last is not None:
             first = x.shape[1] - keep_last
@@ -428,20 +439,35 @@ class RetNet(nn.Module):
 
     def forward(
         self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None, update_state: bool = True,
-        keep_last: int | None = None,
+        keep_last: int | None = None, absorb: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """One chunk ``x [N, T, d]`` from ``state`` (None: empty): outputs and the new state (None
         when ``update_state`` is false: prediction tokens read the state but never write it).
         ``keep_last = n``: outputs of the last ``n`` tokens only, ``[N, n, d]``; the last layer then
-        skips the rest, whose outputs nothing reads (REM's state update reads one token's)."""
+        skips the rest, whose outputs nothing reads (REM's state update reads one token's).
+        ``absorb = n``: the new state is the one after the first ``n`` tokens, which the later
+        tokens read without writing it: ``forward(cat(x, u), s, absorb=n)`` equals
+        ``forward(x, s)`` then ``forward(u, new, update_state=False)`` in one call (REM's
+        imagination step, :meth:`absorb_then_predict`)."""
         states = []
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x, new = layer.chunk(
-                x, None if state is None else state[:, i], reset, update_state, keep_last if i == last else None
+                x, None if state is None else state[:, i], reset, update_state, keep_last if i == last else None,
+                absorb,
             )
             states.append(new)
         return x, torch.stack(states, 1) if update_state else None  # type: ignore[arg-type]
+
+    def absorb_then_predict(self, x: Tensor, u: Tensor, state: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The state after the block ``x [N, L, d]``, and the outputs of ``u [N, P, d]`` read from
+        it without writing it, in one chunkwise call of ``L + P`` tokens (REM figure 4's two calls
+        of an imagination step fused; equal to them up to float rounding, as retention is linear in
+        the state). Returns ``(x's last output [N, d], u's outputs [N, P, d], new state)``."""
+        L, P = x.shape[1], u.shape[1]
+        y, new = self(torch.cat([x, u], 1), state, keep_last=P + 1, absorb=L)
+        assert new is not None
+        return y[:, 0], y[:, 1:], new
 
     def chunkwise(
         self, x: Tensor, chunk: int, state: Tensor | None = None, reset: Tensor | None = None
