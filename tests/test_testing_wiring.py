@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import wmzoo.nn.heads as heads
-from wmzoo.interfaces import Batch, EnvInfo, State, Step, TrainOutput, WorldModel, filter_rows
+from wmzoo.interfaces import Batch, EnvInfo, Filtered, State, Step, TrainOutput, WorldModel, filter_rows
 from wmzoo.nn.distributions import TwoHot, gaussian_sample, modes, symlog
 from wmzoo.nn.heads import RewardContinueHeads, encode_action
+from wmzoo.nn.world_model import posterior_rewards
 from wmzoo.nn.mlp import MLP
 from wmzoo.registry import build_world_model, world_model_spec
 from wmzoo.testing import CHECK_ENV, synthetic_batch
@@ -69,8 +70,10 @@ class GaussianWM(WorldModel):
     """A minimal world model with a Gaussian latent: ``h_t = GRU(h_{t-1}, [z_{t-1}, a_{t-1}])``,
     posterior ``q(z_t | h_t, x_t)``, prior ``p(z_t | h_t)``, both drawn with ``gaussian_sample``,
     heads on ``[h_t, z_t]``. ``bug``: ``"reward_before_action"`` (imagination reads the reward
-    from the state before the action) or ``"target_late"`` (the loss trains the reward head at
-    ``t + 1`` on ``reward[t + 1]``, a step late)."""
+    from the state before the action), ``"target_late"`` (the loss trains the reward head at
+    ``t + 1`` on ``reward[t + 1]``, a step late) or ``"default_observe_sequence"`` (not overriding
+    ``observe_sequence``, whose default reads the prior's reward where the loss reads the
+    posterior's: CONTRIBUTING's warning)."""
 
     def __init__(self, env: EnvInfo, bug: str = "") -> None:
         super().__init__()
@@ -113,6 +116,11 @@ class GaussianWM(WorldModel):
             reward = self.heads.predict(self.features(state))[0]
         return Step(new, reward, cont, self.features(new))
 
+    def observe_sequence(self, batch: Batch, state: State | None = None, *, step: bool = False) -> Filtered:
+        if self.bug == "default_observe_sequence":
+            return super().observe_sequence(batch, state, step=step)
+        return posterior_rewards(self, self.heads, batch, state, None)
+
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
         feat = torch.stack([self.features(s) for s in filter_rows(self, batch)], 1)
         if self.bug == "target_late":
@@ -149,6 +157,17 @@ def test_gaussian_teacher_forcing_catches_a_reward_read_a_step_off(bug: str) -> 
     batch = synthetic_batch(CHECK_ENV, 2, 6, torch.device("cpu"), seed=43)
     with modes(), pytest.raises(AssertionError, match="the imagined reward belongs to another step"):
         wiring.check_imagined_rewards_and_ends(wm, batch, wiring.gaussian_teacher_forcing(wm, batch))
+
+
+def test_the_imagination_check_catches_observe_sequence_reading_another_state_than_the_loss() -> None:
+    # Catches: a plugin with a posterior reward head that keeps observe_sequence's default (the
+    # memory metrics' inference accuracy then scores the prior's reward, not the trained one)
+    wm = _gaussian("default_observe_sequence")
+    batch = synthetic_batch(CHECK_ENV, 2, 6, torch.device("cpu"), seed=43)
+    with modes(), pytest.raises(AssertionError, match=r"observe_sequence\(step=False\)'s rewards are not the ones"):
+        wiring.check_imagined_rewards_and_ends(wm, batch, wiring.gaussian_teacher_forcing(wm, batch))
+    with modes():  # not asked: the rest of the check passes
+        wiring.check_imagined_rewards_and_ends(wm, batch, wiring.gaussian_teacher_forcing(wm, batch), observed=False)
 
 
 def test_gaussian_teacher_forcing_refuses_a_draw_that_is_not_the_latent() -> None:

@@ -509,8 +509,8 @@ class WorldModel(nn.Module, ABC):
         too. A backbone whose loss reads the reward head on the state after row ``t + 1`` (the
         posterior: RSSM, S4WM, TSSM-XL, any model trained with
         :meth:`wmzoo.nn.RewardContinueHeads.loss`) must override it to read the head there
-        (:class:`wmzoo.nn.LatentWorldModel` does); nothing detects the mismatch, since both
-        readings have the right shape. Returns a :class:`Filtered` (``rewards`` ``[B, T − 1]``).
+        (:class:`wmzoo.nn.LatentWorldModel` does); both readings have the right shape, and
+        :func:`wmzoo.testing_wiring.check_imagined_rewards_and_ends` is what detects the mismatch. Returns a :class:`Filtered` (``rewards`` ``[B, T − 1]``).
         """
         T = batch.shape[1]
         rewards = []

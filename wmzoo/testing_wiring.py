@@ -139,7 +139,7 @@ def _loss(wm: WorldModel, batch: Batch) -> float:
 
 
 def check_imagined_rewards_and_ends(
-    wm: WorldModel, batch: Batch, forcing: Forcing, features: bool = True
+    wm: WorldModel, batch: Batch, forcing: Forcing, features: bool = True, observed: bool = True
 ) -> Trajectory:
     """Teacher-forced imagination predicts, for every transition, the reward and end the loss
     trains: its targets are what the loss scores best. Returns the imagined trajectory.
@@ -158,11 +158,16 @@ def check_imagined_rewards_and_ends(
     after, or negated (where either is more than 0.3 from it in symlog), must not lower it.
     Reward and terminal are no model input, so only the reward and end terms of the loss move.
     ``features``: also compare the imagined features with the loss's ``TrainOutput.features``
-    (posterior features), where it returns them.
+    (posterior features), where it returns them. ``observed``: also, ``observe_sequence``
+    (training form and ``step=True``: the memory metrics' inference reading) must give the
+    imagined rewards of every transition, which the loss is shown to train. Leave it on for a backbone whose filtering keeps what its loss sees (every latent
+    one); IRIS, REM, Δ-IRIS and TokenWM filter from a shorter context than a training window by
+    design (IRIS's observed state is the current frame alone), so their readings differ.
 
     Catches: the end flag's meaning inverted in imagination or in the loss; a reward or end read
     from the state before the action (or one step late) on either side; imagination and training
-    reading the heads at different outputs.
+    reading the heads at different outputs; ``observe_sequence`` reading the reward head on
+    another state than the loss (e.g. the default's reading where the loss reads the posterior).
     """
     B, T = batch.shape
     assert T >= 4, "the check needs T >= 4 (transitions 0..T-3 are compared)"
@@ -209,6 +214,15 @@ def check_imagined_rewards_and_ends(
         if trained is not None:
             torch.testing.assert_close(traj.features[1:].transpose(0, 1), trained[:, 1:], atol=1e-4, rtol=1e-4,
                                        msg="teacher-forced imagined features differ from the training forward's")
+    for step in (False, True) if observed else ():
+        torch.manual_seed(0)
+        with torch.no_grad():  # outside forcing(): filtering draws its own posterior (modes() fixes it)
+            seen = wm.observe_sequence(batch, step=step).rewards  # [B, T - 1]
+            torch.testing.assert_close(
+                seen.float(), traj.rewards.T.float(), atol=1e-3, rtol=1e-4,
+                msg=lambda m, step=step: f"observe_sequence(step={step})'s rewards are not the ones teacher-forced "
+                "imagination predicts, which the loss trains: it reads the reward head on another state than "
+                f"the loss (override observe_sequence; CONTRIBUTING's table of the world model's methods): {m}")
     return traj
 
 
