@@ -510,7 +510,8 @@ class WorldModel(nn.Module, ABC):
         posterior: RSSM, S4WM, TSSM-XL, any model trained with
         :meth:`wmzoo.nn.RewardContinueHeads.loss`) must override it to read the head there
         (:class:`wmzoo.nn.LatentWorldModel` does); both readings have the right shape, and
-        :func:`wmzoo.testing_wiring.check_imagined_rewards_and_ends` is what detects the mismatch. Returns a :class:`Filtered` (``rewards`` ``[B, T − 1]``).
+        :func:`wmzoo.testing_wiring.check_imagined_rewards_and_ends` is what detects the
+        mismatch. Returns a :class:`Filtered` (``rewards`` ``[B, T − 1]``).
         """
         T = batch.shape[1]
         rewards = []

@@ -160,8 +160,8 @@ def check_imagined_rewards_and_ends(
     ``features``: also compare the imagined features with the loss's ``TrainOutput.features``
     (posterior features), where it returns them. ``observed``: also, ``observe_sequence``
     (training form and ``step=True``: the memory metrics' inference reading) must give the
-    imagined rewards of every transition, which the loss is shown to train. Leave it on for a backbone whose filtering keeps what its loss sees (every latent
-    one); IRIS, REM, Δ-IRIS and TokenWM filter from a shorter context than a training window by
+    imagined rewards of every transition, which the loss is shown to train. Leave it on for a
+    backbone whose filtering keeps what its loss sees (every latent one); IRIS, REM, Δ-IRIS and TokenWM filter from a shorter context than a training window by
     design (IRIS's observed state is the current frame alone), so their readings differ.
 
     Catches: the end flag's meaning inverted in imagination or in the loss; a reward or end read

@@ -125,7 +125,7 @@ class Manifest:
             if source is not None and not isinstance(source, dict):
                 raise ValueError(f"source is {type(source).__name__}, not an object")
             version = raw.get("env_version", 1)  # manifests before the field: version 1
-            if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            if not _is_version(version):
                 raise ValueError(f"env_version {version!r} is not a positive integer")
             return Manifest(args, raw["policy"], EnvInfo.from_dict(raw["env_info"]),
                             raw["context_length"], raw["query_length"], files, source, version)
@@ -148,12 +148,17 @@ def check_same(old: Arguments, new: Arguments, root: Path) -> None:
             )
 
 
+def _is_version(value: Any) -> bool:
+    """Whether ``value`` is a data version: a positive ``int`` (not a ``bool``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def data_version(env: Any) -> int:
     """The version of the episodes ``env`` records for a seed: its unwrapped env's
     ``data_version`` (1 where it declares none). An env raises it when a change makes a seed
     record different episodes, so that a dataset recorded before is not resumed with other ones."""
     version = getattr(env.unwrapped, "data_version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    if not _is_version(version):
         raise WmzooError(f"{type(env.unwrapped).__name__}.data_version is {version!r}; "
                          "it must be a positive integer")
     return version
