@@ -120,6 +120,18 @@ def test_the_section_holds_the_hand_computed_intervals_means_and_baselines(tmp_p
                for line in lines)
 
 
+
+def test_a_readout_no_row_has_prints_no_baseline_line(tmp_path: Path):
+    # Catches: a baseline line printed for a readout no cell's file holds (files without the step
+    # forms), which reads as a measured row with nothing beside it.
+    out = _folder(tmp_path, _study())
+    for file in out.glob("cells/**/eval/reward.json"):
+        record = json.loads(file.read_text())
+        file.write_text(json.dumps({k: v for k, v in record.items() if not k.startswith("step_")}))
+    text = markdown({**build_minimal(), "reward": {ENV: _section(out)}})
+    assert "one row at a time |" not in text
+    assert "| inference accuracy, training form | baseline: majority class |" in text
+
 def build_minimal() -> dict[str, Any]:
     """The fields markdown() reads besides the reward section (an offline study, no cell done)."""
     return {"study": "fake", "mode": "offline", "budget": {"updates": 10, "episodes": 10, "size": 16},

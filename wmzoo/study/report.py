@@ -1036,7 +1036,7 @@ def reward_lines(report: Mapping[str, Any]) -> list[str]:
                   f"{section['scored_transitions']} scored transitions, {base['positives']} rewarded)", "",
                   "| readout | row | per seed: value [95 % interval] verdict | mean [95 % Student t] | over seeds |",
                   "|---|---|---|---|---|"]
-        for metric in ordered:
+        for metric in [m for m in ordered if any(m in readouts for readouts in section["rows"].values())]:
             accuracy = metric.endswith("_accuracy")
             name = "majority class" if accuracy else "chance"
             lines.append(f"| {_readout_name(metric)} | baseline: {name} | no training: one value | "
