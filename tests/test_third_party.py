@@ -105,6 +105,7 @@ def test_wmzoos_own_tests_pass_with_a_third_party_backbone_installed(gru_site: P
     assert "gru-wm" in wmzoo(gru_site, "list", "--kind", "backbones", cwd=tmp_path).stdout
 
 
+@pytest.mark.heavy  # end to end, ~15 s: CI's second step
 def test_installed_backbone_trains_through_the_cli(gru_site: Path, tmp_path: Path) -> None:
     logdir = tmp_path / "run"
     result = wmzoo(

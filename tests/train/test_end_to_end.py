@@ -43,6 +43,7 @@ def _check_run_folder(logdir, steps: int):
     assert Replay.load(logdir / "replay").__len__() >= steps  # n steps -> n rows + final rows
 
 
+@pytest.mark.heavy  # end to end, ~15 s: CI's second step
 def test_minigrid_run_eval_imagine_resume(capsys, tmp_path):
     logdir, out = _train(capsys, tmp_path, "minigrid-memory-s7")
     assert "checkpoint:" in out

@@ -81,24 +81,29 @@ class OneHotCategoricalST:
 
     def __init__(self, logits: Tensor) -> None:
         self.logits = logits.log_softmax(-1)
+        self._probs: Tensor | None = None
 
     @property
     def probs(self) -> Tensor:
-        return self.logits.exp()
+        """``exp(logits)``, computed once (sampling, the mode, the entropy and the KL all read it)."""
+        if self._probs is None:
+            self._probs = self.logits.exp()
+        return self._probs
 
     def sample(self) -> Tensor:
         """One-hot sample whose gradient flows to ``probs`` (straight-through estimator); the
         mode inside :func:`modes`."""
         if _modes_only:
             return self.mode()
-        index = torch.multinomial(self.probs.reshape(-1, self.probs.shape[-1]).detach(), 1)
-        onehot = F.one_hot(index.reshape(self.probs.shape[:-1]), self.probs.shape[-1])
-        onehot = onehot.to(self.probs.dtype)
-        return onehot + self.probs - self.probs.detach()
+        probs = self.probs
+        index = torch.multinomial(probs.detach().reshape(-1, probs.shape[-1]), 1)
+        onehot = F.one_hot(index.reshape(probs.shape[:-1]), probs.shape[-1]).to(probs.dtype)
+        return onehot + probs - probs.detach()
 
     def mode(self) -> Tensor:
+        probs = self.probs
         onehot = F.one_hot(self.logits.argmax(-1), self.logits.shape[-1]).to(self.logits.dtype)
-        return onehot + self.probs - self.probs.detach()
+        return onehot + probs - probs.detach()
 
     def log_prob(self, onehot: Tensor) -> Tensor:
         return (onehot * self.logits).sum(-1)
