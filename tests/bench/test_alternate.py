@@ -131,3 +131,13 @@ def test_flops_are_counted_where_the_module_tracker_trips():
         with FlopCounterMode(display=False):
             step()
     assert count_flops(step) == 2 * (2 * 5) * 8 * 3
+
+
+def test_the_peak_product_stops_growing_where_the_next_would_take_too_long():
+    # Catches: an emulated precision (bfloat16 without AVX512-BF16/AMX: ~1 GFLOP/s) timed on a
+    # 2048 product, minutes per call; or a given size not kept.
+    small = harness.MatmulPeak(torch.device("cpu"), "fp32", budget=1e-9)  # no product is fast enough
+    assert small.n == 256 and small.a.shape == (256, 256)
+    assert harness.MatmulPeak(torch.device("cpu"), "bf16", size=96).a.dtype == torch.bfloat16
+    assert harness.MatmulPeak(torch.device("cpu"), "fp32", size=96).n == 96
+    assert harness.MatmulPeak(torch.device("cpu"), "fp32", budget=1e9).n == 2048  # a generous budget: the largest

@@ -463,13 +463,31 @@ class _DispatchFlops(TorchDispatchMode):
 class MatmulPeak:
     """The peak FLOP/s of ``device`` in ``precision``: a square matrix product large enough to
     run at the BLAS's best (2048 on a CPU, 8192 on a GPU), in float32 or, for ``bf16``, bfloat16,
-    repeated so one call takes about ``target`` seconds (:meth:`calibrate`)."""
+    repeated so one call takes about ``target`` seconds (:meth:`calibrate`).
 
-    def __init__(self, device: torch.device, precision: str, size: int = 0, target: float = 0.1) -> None:
-        n = size or (8192 if device.type == "cuda" else 2048)
+    Without ``size`` the side doubles from 256 up to that largest one while the next product is
+    expected to take under ``budget`` seconds: a precision the processor only emulates (bfloat16
+    on a CPU without AVX512-BF16 or AMX runs ~50× slower than float32) is measured on a smaller
+    product instead of taking minutes per call; a native one reaches the largest side."""
+
+    def __init__(self, device: torch.device, precision: str, size: int = 0, target: float = 0.1,
+                 budget: float = 1.0) -> None:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         gen = torch.Generator(device="cpu").manual_seed(0)
-        self.a, self.b = (torch.randn(n, n, generator=gen).to(device, dtype) for _ in range(2))
+        largest = size or (8192 if device.type == "cuda" else 2048)
+        n = largest if size else min(256, largest)
+        while True:
+            self.a, self.b = (torch.randn(n, n, generator=gen).to(device, dtype) for _ in range(2))
+            if n >= largest:
+                break
+            torch.mm(self.a, self.b)  # warm-up
+            _sync(device)
+            t0 = time.perf_counter()
+            torch.mm(self.a, self.b)
+            _sync(device)
+            if (time.perf_counter() - t0) * 8 > budget:  # doubling the side: 8× the work
+                break
+            n *= 2
         self.device, self.target, self.reps, self.n = device, target, 1, n
 
     @property
