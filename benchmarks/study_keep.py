@@ -32,14 +32,7 @@ def _copy(src: Path, dst: Path) -> int:
     for file in sorted(p for p in src.rglob("*") if p.is_file()):
         if any(file.match(pattern) or pattern in file.relative_to(src).parts for pattern in LEFT_OUT):
             continue
-        target = dst / file.relative_to(src)
-        if target.exists():
-            if not filecmp.cmp(file, target, shallow=False):
-                raise SystemExit(f"{target} exists and differs from {file}: move it away first")
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(file, target)
-        written += 1
+        written += _copy_file(file, dst / file.relative_to(src))
     return written
 
 
@@ -55,10 +48,15 @@ def keep(out: Path, dest: Path) -> list[str]:
     return [c.name for c in done]
 
 
-def _copy_file(src: Path, dst: Path) -> None:
-    if dst.exists() and not filecmp.cmp(src, dst, shallow=False):
-        raise SystemExit(f"{dst} exists and differs from {src}: move it away first")
+def _copy_file(src: Path, dst: Path) -> int:
+    """``src`` copied to ``dst`` unless an identical file is there (1 if written); refuses one that differs."""
+    if dst.exists():
+        if not filecmp.cmp(src, dst, shallow=False):
+            raise SystemExit(f"{dst} exists and differs from {src}: move it away first")
+        return 0
+    dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, dst)
+    return 1
 
 
 def restore(kept: Path, out: Path) -> list[str]:

@@ -475,32 +475,29 @@ class MatmulPeak:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         gen = torch.Generator(device="cpu").manual_seed(0)
         largest = size or (8192 if device.type == "cuda" else 2048)
-        n = largest if size else min(256, largest)
+        self.device, self.target, self.reps = device, target, 1
+        self.n = largest if size else min(256, largest)
         while True:
-            self.a, self.b = (torch.randn(n, n, generator=gen).to(device, dtype) for _ in range(2))
-            if n >= largest:
+            self.a, self.b = (torch.randn(self.n, self.n, generator=gen).to(device, dtype) for _ in range(2))
+            if self.n >= largest or self._seconds() * 8 > budget:  # doubling the side: 8× the work
                 break
-            torch.mm(self.a, self.b)  # warm-up
-            _sync(device)
-            t0 = time.perf_counter()
-            torch.mm(self.a, self.b)
-            _sync(device)
-            if (time.perf_counter() - t0) * 8 > budget:  # doubling the side: 8× the work
-                break
-            n *= 2
-        self.device, self.target, self.reps, self.n = device, target, 1, n
+            self.n *= 2
 
     @property
     def flops(self) -> float:
         return 2.0 * self.n**3 * self.reps
 
-    def calibrate(self) -> None:
-        self()  # warm-up
+    def _seconds(self) -> float:
+        """Seconds of one call after a warm-up call."""
+        self()
         _sync(self.device)
         t0 = time.perf_counter()
         self()
         _sync(self.device)
-        self.reps = max(1, round(self.target / max(time.perf_counter() - t0, 1e-9)))
+        return time.perf_counter() - t0
+
+    def calibrate(self) -> None:
+        self.reps = max(1, round(self.target / max(self._seconds(), 1e-9)))
 
     def __call__(self) -> None:
         for _ in range(self.reps):
