@@ -83,3 +83,17 @@ def test_clipped_bands_leave_the_axis_to_the_lines_and_say_so(tmp_path, monkeypa
     band = (np.abs(clipped.astype(int) - (202, 216, 242)) <= 3).all(-1)  # "a"'s band: 60/255 of its colour
     rows = np.nonzero(band[:, 72:525].any(1))[0]
     assert rows.min() >= 30 and rows.max() <= 390 and rows.size > 300  # it fills the plot and stops at its edges
+
+
+@pytest.mark.parametrize("value, span, text", [
+    (12750.0, 24500.0, "12,750"),  # env steps: whole, with separators
+    (-0.0124, 1.357, "-0.01"),     # a return axis: two decimals below the span's leading digit
+    (0.0123, 0.01, "0.0123"),      # a small span keeps the digits that tell its ticks apart
+    (-0.001, 1.357, "0.00"),       # no "-0.00"
+])
+def test_tick_labels_carry_the_precision_of_their_axis(value, span, text):
+    """Catches: ticks in exponent notation on an env-step axis (``1.275e+04``), or at a precision
+    that ignores the span (``-0.0124`` on a 1.4-wide axis, or 0.01 and 0.0123 printed alike)."""
+    from wmzoo.eval.plots import tick_label
+
+    assert tick_label(value, span) == text

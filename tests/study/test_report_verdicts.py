@@ -128,3 +128,27 @@ def test_a_memory_env_longer_than_the_training_window_is_named():
     report = _report(3)
     report["warnings"] += lines
     assert "Memory not tested on distracting-memory-100" in "\n".join(markdown(report).splitlines()[:8])
+
+
+def test_learning_curves_average_seeds_that_logged_at_different_steps():
+    """Catches: each seed read only at the steps it logged itself, so where a resumed run logs off
+    the others' grid (500, 1000, … against 576, 1076, …) the mean alternates between the seeds
+    that logged there (a solved seed at 1.0, then the failed one at 0.0: a zigzag, as the POPGym
+    pair's first report drew); also catches a seed extrapolated before its first or after its
+    last logged step."""
+    from types import SimpleNamespace
+
+    from wmzoo.study.report import curves
+
+    study = _study(2, offline=False)
+    cells = [SimpleNamespace(env=ENVS[0], label="rssm:tiny", path=f"seed-{s}") for s in (0, 1)]
+    solved = {"episode/return": [(500, 1.0), (1000, 1.0), (1500, 1.0), (2000, 1.0)]}
+    failed = {"episode/return": [(576, 0.0), (1076, 0.2), (1576, 0.2), (1900, 0.2)]}
+    curve = curves(study, cells, {"seed-0": solved, "seed-1": failed})[ENVS[0]]["rssm:tiny"]
+    assert curve["seeds"] == 2
+    assert curve["x"] == [500, 576, 1000, 1076, 1500, 1576, 1900, 2000]
+    # 500 and 2000: the failed seed has not started / has ended, the solved one alone
+    assert curve["mean"][0] == 1.0 and curve["mean"][-1] == 1.0
+    # 576: both (the failed seed's own 0.0); 1000: the failed seed between 0.0 at 576 and 0.2 at 1076
+    assert curve["mean"][1] == pytest.approx(0.5) and curve["mean"][2] == pytest.approx((1.0 + 0.2 * 424 / 500) / 2)
+    assert all(m == pytest.approx(0.6) for m in curve["mean"][3:-1])

@@ -5,6 +5,7 @@ study report's learning curves, performance profiles, interval charts and imagin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,6 +18,18 @@ from wmzoo.errors import WmzooError
 COLOURS = [(30, 90, 200), (220, 80, 30), (40, 160, 60), (150, 60, 180), (200, 160, 20), (20, 170, 180),
            (120, 120, 120), (230, 40, 140)]
 Series = tuple[Sequence[float], Sequence[float], Sequence[float] | None, Sequence[float] | None]
+
+
+def tick_label(value: float, span: float) -> str:
+    """A tick's text at the precision its axis's ``span`` needs (ticks stand a quarter of it
+    apart): whole numbers with thousands separators from a span of 100 (env steps: ``12,750``,
+    not ``1.275e+04``), else two decimals below the span's leading digit (``-0.01`` on a span of
+    1.4, not ``-0.0124``)."""
+    if span >= 100:
+        return f"{value:,.0f}"
+    decimals = min(8, max(0, 2 - math.floor(math.log10(span)))) if span > 0 else 3
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text  # no "-0.00"
 
 
 class _Axes:
@@ -41,11 +54,11 @@ class _Axes:
             vy = self.y0 + (self.y1 - self.y0) * i / 4
             _, py = self.px(self.x0, vy)
             draw.line([(self.left - 4, py), (self.left, py)], fill="black")
-            draw.text((5, py - 6), f"{vy:.3g}", fill="black")
+            draw.text((5, py - 6), tick_label(vy, self.y1 - self.y0), fill="black")
             vx = self.x0 + (self.x1 - self.x0) * i / 4
             px, _ = self.px(vx, self.y0)
             draw.line([(px, self.bottom), (px, self.bottom + 4)], fill="black")
-            draw.text((px - 10, self.bottom + 8), f"{vx:.4g}", fill="black")
+            draw.text((px - 10, self.bottom + 8), tick_label(vx, self.x1 - self.x0), fill="black")
         width, height = draw.im.size
         draw.text(((self.left + self.right) // 2 - 60, height - 22), xlabel, fill="black")
         draw.text((self.left + 5, 2), ylabel, fill="black")

@@ -484,10 +484,25 @@ def cell_curve(logged: Mapping[str, list[tuple[int, float]]], offline: bool) -> 
     return curve
 
 
+def on_steps(curve: Mapping[int, float], steps: Sequence[int]) -> np.ndarray:
+    """One seed's curve read at ``steps``: linear between its logged points, its own value at a
+    logged step, NaN before its first and after its last (no seed extrapolated)."""
+    xs = np.array(sorted(curve), dtype=np.float64)
+    at = np.asarray(steps, dtype=np.float64)
+    if not xs.size:
+        return np.full(at.shape, np.nan)
+    values = np.interp(at, xs, [curve[int(x)] for x in xs])
+    values[(at < xs[0]) | (at > xs[-1])] = np.nan
+    return values
+
+
 def curves(study: StudySpec, cells: Sequence[Cell], logged: Mapping[str, Mapping[str, list[tuple[int, float]]]]
            ) -> dict[str, dict[str, dict[str, list[float]]]]:
     """``{env: {label: {x, mean, low, high, seeds}}}`` over the done cells' seeds (``logged``:
-    :func:`done_scalars`)."""
+    :func:`done_scalars`), at every step any seed logged: each seed is read there linearly between
+    its own logged points (:func:`on_steps`), so seeds that logged at different steps (a run
+    resumed from a checkpoint logs off the others' grid) are averaged together, not each alone at
+    its own steps (which drew a line zigzagging between the seeds)."""
     from wmzoo.eval.verdicts import mean_ci_over_seeds
 
     grouped: dict[tuple[str, str], list[dict[int, float]]] = {}
@@ -499,7 +514,7 @@ def curves(study: StudySpec, cells: Sequence[Cell], logged: Mapping[str, Mapping
         steps = sorted({s for c in per_seed for s in c})
         if not steps:
             continue
-        values = np.array([[c.get(s, np.nan) for s in steps] for c in per_seed], dtype=np.float64)
+        values = np.array([on_steps(c, steps) for c in per_seed], dtype=np.float64)
         mean, low, high = mean_ci_over_seeds(values)
         result.setdefault(env, {})[label] = {"x": [float(s) for s in steps], "mean": list(map(float, mean)),
                                              "low": list(map(float, low)), "high": list(map(float, high)),
