@@ -1,0 +1,121 @@
+"""Where a trained agent of the POPGym pair study fails on RepeatPrevious: its world model's
+imagination or its policy.
+
+RepeatPrevious asks, at row ``t``, for the suit observed ``lag`` rows earlier (``lag`` 3 for the
+easy task: the card dealt 4 cards ago, the current one counted); ``reward[t]`` is +1/48 when
+``action[t]`` is that suit, −1/48 otherwise, 0 before there is a card to recall. On episodes of
+a dataset (``wmzoo data generate --env popgym-repeat-previous-easy``: real observations, random
+actions) this reads, from the posterior start state of every row as training builds them
+(``WorldModel.loss(...).imagination_start()``):
+
+- **world model**: for each of the 4 actions, the reward imagined for it; the argmax over actions
+  against the answer, at the start and for ``--horizon`` imagined steps on (the policy sampling
+  the actions, the answers of imagined rows read from the decoded observations);
+- **policy**: its greedy action at the start state against the answer, how often it picks each
+  action, and the spread of its logits over states (a policy that ignores the state has none).
+
+::
+
+    wmzoo data generate --env popgym-repeat-previous-easy --episodes 40 --out /tmp/pgdata --seed 50000 --split 1,0,39
+    python benchmarks/popgym_pair_diagnosis.py --data /tmp/pgdata --checkpoint A.safetensors B.safetensors --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wmzoo.atomic import write_text_atomic
+from wmzoo.data.dataset import load_episodes
+from wmzoo.eval.rollout import load_agent
+from wmzoo.interfaces import Batch
+
+
+def episodes_batch(data: Path, split: str) -> Batch:
+    """The split's episodes as one batch ``[N, T]`` (T: the shortest episode's rows)."""
+    _, episodes = load_episodes(data, split)
+    T = min(len(e["reward"]) for e in episodes)
+    stack = lambda key: torch.as_tensor(np.stack([e[key][:T] for e in episodes]))  # noqa: E731
+    obs = {key.removeprefix("obs."): stack(key) for key in episodes[0] if key.startswith("obs.")}
+    return Batch(obs=obs, action=stack("action"), reward=stack("reward"), terminal=stack("terminal"),
+                 is_first=stack("is_first"))
+
+
+@torch.no_grad()
+def diagnose(checkpoint: Path, batch: Batch, lag: int, horizon: int, seed: int = 0) -> dict[str, Any]:
+    agent = load_agent(checkpoint)
+    wm, policy = agent.world_model, agent.policy
+    wm.eval()
+    torch.manual_seed(seed)
+    B, T = batch.shape
+    suit = batch.obs["observation"].argmax(-1)  # [B, T]
+    start, _, _ = wm.loss(batch).imagination_start()
+    n = next(iter(start.values())).shape[0]
+    if n != B * T:
+        raise SystemExit(f"{checkpoint}: {n} start states for {B} x {T} rows; this needs one per row "
+                         "(start_stride 1)")
+    rows = torch.arange(n) % T
+    scored = (batch.reward != 0).flatten()  # rows with a card to recall
+    actions = agent.env.num_actions
+    per_action = lambda state: torch.stack(  # noqa: E731
+        [wm.imagine_step(state, torch.full((n,), a, dtype=torch.long)).reward for a in range(actions)], 1)
+    # the suits of rows t - lag .. t, then each imagined row's decoded suit
+    seen = [suit.flatten().roll(j) for j in range(lag, -1, -1)]
+    seen = [torch.where(rows >= j, s, -1) for j, s in zip(range(lag, -1, -1), seen)]
+    imagined, state = [], start
+    for h in range(horizon + 1):
+        predicted = per_action(state)
+        answer = seen[h]
+        ok = scored & (answer >= 0) if h == 0 else answer >= 0
+        imagined.append(float((predicted.argmax(1) == answer)[ok].float().mean()))
+        action, _ = policy.act(wm.features(state), {}, sample=True)
+        state = wm.imagine_step(state, action).state
+        seen.append(wm.decode(state)["observation"].argmax(-1))
+    features = wm.features(start)
+    greedy, _ = policy.act(features, {}, sample=False)
+    answer = seen[0]
+    logits = policy.actor(features)
+    logits = getattr(logits, "logits", logits)
+    return {
+        "checkpoint": str(checkpoint), "backbone": agent.run.backbone, "seed": agent.run.seed,
+        "rows_scored": int(scored.sum()),
+        "world_model_argmax_correct_by_imagined_step": imagined,
+        "policy_greedy_correct": float((greedy == answer)[scored].float().mean()),
+        "policy_greedy_actions": torch.bincount(greedy[scored], minlength=actions).tolist(),
+        "policy_logit_std_over_states": [float(x) for x in logits.std(0)],
+        "policy_logit_mean": [float(x) for x in logits.mean(0)],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True, help="a popgym-repeat-previous dataset (wmzoo data generate)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--checkpoint", type=Path, nargs="+", required=True)
+    p.add_argument("--lag", type=int, default=3, help="rows back the answer was observed (easy: 3)")
+    p.add_argument("--horizon", type=int, default=7, help="imagined steps scored after the start")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    batch = episodes_batch(args.data, args.split)
+    results = [diagnose(c, batch, args.lag, args.horizon) for c in args.checkpoint]
+    print("| checkpoint | world model: imagined argmax = answer, step 0 / min over steps 1.. | "
+          "policy greedy = answer | greedy actions | policy logit std over states |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        wm_acc = r["world_model_argmax_correct_by_imagined_step"]
+        print(f"| {r['backbone']} seed {r['seed']} | {wm_acc[0]:.3f} / {min(wm_acc[1:]):.3f} | "
+              f"{r['policy_greedy_correct']:.3f} | {r['policy_greedy_actions']} | "
+              f"{', '.join(f'{x:.2f}' for x in r['policy_logit_std_over_states'])} |")
+    if args.json:
+        write_text_atomic(args.json, json.dumps({"data": str(args.data), "lag": args.lag, "rows": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
