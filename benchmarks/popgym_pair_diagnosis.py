@@ -12,7 +12,11 @@ actions) this reads, from the posterior start state of every row as training bui
   against the answer, at the start and for ``--horizon`` imagined steps on (the policy sampling
   the actions, the answers of imagined rows read from the decoded observations);
 - **policy**: its greedy action at the start state against the answer, how often it picks each
-  action, and the spread of its logits over states (a policy that ignores the state has none).
+  action, and the spread of its logits over states (a policy that ignores the state has none);
+- **where the answer is**: a linear probe (softmax regression fitted on the first half of the
+  episodes, scored on the other half) of the answer from what the policy reads
+  (``WorldModel.features``) and from each entry of the start state: the answer can be in the
+  model's state without being in the features its policy is given.
 
 ::
 
@@ -29,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from wmzoo.atomic import write_text_atomic
 from wmzoo.data.dataset import load_episodes
@@ -44,6 +50,29 @@ def episodes_batch(data: Path, split: str) -> Batch:
     obs = {key.removeprefix("obs."): stack(key) for key in episodes[0] if key.startswith("obs.")}
     return Batch(obs=obs, action=stack("action"), reward=stack("reward"), terminal=stack("terminal"),
                  is_first=stack("is_first"))
+
+
+def probe_accuracy(x: Tensor, y: Tensor, train: Tensor, classes: int, steps: int = 300) -> float:
+    """Held-out accuracy of a softmax regression from ``x [N, D]`` to ``y [N]`` fitted (L-BFGS,
+    standardised inputs, weight decay 1e-4) on the rows where ``train``, scored on the others."""
+    x = x.flatten(1)
+    x = torch.cat([x.real, x.imag], 1) if x.is_complex() else x.float()
+    mean, std = x[train].mean(0), x[train].std(0) + 1e-6
+    x = (x - mean) / std
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(x.shape[1], classes)
+    opt = torch.optim.LBFGS(layer.parameters(), max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(layer(x[train]), y[train]) + 1e-4 * layer.weight.square().sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+    with torch.no_grad():
+        return float((layer(x[~train]).argmax(1) == y[~train]).float().mean())
 
 
 @torch.no_grad()
@@ -81,8 +110,14 @@ def diagnose(checkpoint: Path, batch: Batch, lag: int, horizon: int, seed: int =
     answer = seen[0]
     logits = policy.actor(features)
     logits = getattr(logits, "logits", logits)
+    episode_half = (torch.arange(n) // T) < B // 2
+    probes = {"features": probe_accuracy(features[scored], answer[scored], episode_half[scored], actions)}
+    for key, value in start.items():
+        if value.dim() >= 2 and value.shape[1:].numel() >= 8:
+            probes[f"state.{key}"] = probe_accuracy(value[scored], answer[scored], episode_half[scored], actions)
     return {
         "checkpoint": str(checkpoint), "backbone": agent.run.backbone, "seed": agent.run.seed,
+        "probe_of_the_answer_held_out": probes,
         "rows_scored": int(scored.sum()),
         "world_model_argmax_correct_by_imagined_step": imagined,
         "policy_greedy_correct": float((greedy == answer)[scored].float().mean()),
@@ -105,13 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     batch = episodes_batch(args.data, args.split)
     results = [diagnose(c, batch, args.lag, args.horizon) for c in args.checkpoint]
     print("| checkpoint | world model: imagined argmax = answer, step 0 / min over steps 1.. | "
-          "policy greedy = answer | greedy actions | policy logit std over states |")
-    print("|---|---|---|---|---|")
+          "policy greedy = answer | greedy actions | policy logit std over states | linear probe of the answer |")
+    print("|---|---|---|---|---|---|")
     for r in results:
         wm_acc = r["world_model_argmax_correct_by_imagined_step"]
         print(f"| {r['backbone']} seed {r['seed']} | {wm_acc[0]:.3f} / {min(wm_acc[1:]):.3f} | "
               f"{r['policy_greedy_correct']:.3f} | {r['policy_greedy_actions']} | "
-              f"{', '.join(f'{x:.2f}' for x in r['policy_logit_std_over_states'])} |")
+              f"{', '.join(f'{x:.2f}' for x in r['policy_logit_std_over_states'])} | "
+              f"{', '.join(f'{k} {v:.3f}' for k, v in r['probe_of_the_answer_held_out'].items())} |")
     if args.json:
         write_text_atomic(args.json, json.dumps({"data": str(args.data), "lag": args.lag, "rows": results}, indent=2))
     return 0
