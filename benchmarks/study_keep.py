@@ -6,7 +6,9 @@
 ``keep`` copies ``study.yaml``, ``plan.json`` and every *done* cell's folder without its checkpoints
 and replay (``cell.json``, the evaluation files, ``run.yaml``, the logs, TensorBoard events: what
 ``wmzoo study report`` reads, ~100 KB a cell); cells not done are left out (a cell folder without
-its checkpoint could not resume). ``restore`` copies them into a new ``--out`` folder at the path
+its checkpoint could not resume). ``keep --checkpoints`` keeps each done cell's final checkpoint
+too (the trained model, for diagnosing it later: ``tiny`` presets ~1.5 MB; replay never).
+``restore`` copies what was kept into a new ``--out`` folder at the path
 the cells ran in (their ``cell.json`` names it), where ``wmzoo study run`` with the same study file
 skips them and runs the rest. Both refuse, in one line, to overwrite a file that differs.
 """
@@ -25,26 +27,28 @@ from wmzoo.study.run import CELL_FILE, PLAN_FILE, STUDY_FILE, cell_record, cells
 LEFT_OUT = ("checkpoint.safetensors", "replay", "*.tmp")
 
 
-def _copy(src: Path, dst: Path) -> int:
-    """Copy the tree ``src`` into ``dst`` (files that are already there identical are skipped);
-    returns the files written."""
+def _copy(src: Path, dst: Path, left_out: tuple[str, ...] = LEFT_OUT) -> int:
+    """Copy the tree ``src`` into ``dst`` but the files and folders ``left_out`` names (files that
+    are already there identical are skipped); returns the files written."""
     written = 0
     for file in sorted(p for p in src.rglob("*") if p.is_file()):
-        if any(file.match(pattern) or pattern in file.relative_to(src).parts for pattern in LEFT_OUT):
+        if any(file.match(pattern) or pattern in file.relative_to(src).parts for pattern in left_out):
             continue
         written += _copy_file(file, dst / file.relative_to(src))
     return written
 
 
-def keep(out: Path, dest: Path) -> list[str]:
-    """The done cells of ``out`` (and its study and plan files) copied into ``dest``."""
+def keep(out: Path, dest: Path, checkpoints: bool = False) -> list[str]:
+    """The done cells of ``out`` (and its study and plan files) copied into ``dest``, with their
+    final checkpoints if ``checkpoints``."""
     cells = cells_of(out)
     done = [c for c in cells if cell_record(out / c.path).get("state") == "done"]
     dest.mkdir(parents=True, exist_ok=True)
     for name in (STUDY_FILE, PLAN_FILE):
         _copy_file(out / name, dest / name)
+    left_out = tuple(p for p in LEFT_OUT if not (checkpoints and p == "checkpoint.safetensors"))
     for cell in done:
-        _copy(out / cell.path, dest / cell.path)
+        _copy(out / cell.path, dest / cell.path, left_out)
     return [c.name for c in done]
 
 
@@ -69,7 +73,7 @@ def restore(kept: Path, out: Path) -> list[str]:
             raise SystemExit(f"{cell.name} ran in {ran_in}, not under {out.absolute()}: restore it to "
                              f"{Path(ran_in).parents[len(Path(cell.path).parts) - 1]}")
     out.mkdir(parents=True, exist_ok=True)
-    _copy(kept, out)
+    _copy(kept, out, ("replay", "*.tmp"))  # a kept checkpoint goes back with its cell
     return [c.name for c in cells if (out / c.path / CELL_FILE).is_file()]
 
 
@@ -80,10 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         s = sub.add_parser(name)
         s.add_argument(a, type=Path)
         s.add_argument(b, type=Path)
+        if name == "keep":
+            s.add_argument("--checkpoints", action="store_true",
+                           help="keep each done cell's final checkpoint too (never its replay)")
     args = p.parse_args(argv)
     try:
         if args.command == "keep":
-            names = keep(args.out, args.dest)
+            names = keep(args.out, args.dest, args.checkpoints)
             print(f"kept {len(names)} done cells in {args.dest}: {', '.join(names) or 'none'}")
         else:
             names = restore(args.kept, args.out)

@@ -68,3 +68,18 @@ def test_restore_refuses_another_path_and_a_differing_file(tmp_path: Path):
     with pytest.raises(SystemExit, match="exists and differs"):
         script.restore(kept, out)
     assert json.loads((out / cells[0].path / "eval.json").read_text()) == {"mean_return": 0.9}
+
+
+def test_keep_with_checkpoints_keeps_the_trained_model_and_restore_brings_it_back(tmp_path: Path):
+    # Catches: --checkpoints ignored (the models a later diagnosis needs lost with the workspace,
+    # as the POPGym pair's were), replay kept with them, a kept checkpoint left out on restore.
+    script = load_script("study_keep")
+    out, cells = _study_folder(tmp_path)
+    kept = tmp_path / "kept"
+    assert script.main(["keep", str(out), str(kept), "--checkpoints"]) == 0
+    cell = kept / cells[0].path
+    assert (cell / "checkpoint.safetensors").read_bytes() == b"weights"
+    assert not (cell / "replay").exists() and not (kept / cells[1].path).exists()
+    out.rename(tmp_path / "moved")
+    script.restore(kept, out)
+    assert (out / cells[0].path / "checkpoint.safetensors").read_bytes() == b"weights"
