@@ -39,6 +39,7 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
+from wmzoo.errors import WmzooError
 from wmzoo.hookspecs import RunPreset
 from wmzoo.interfaces import (
     Batch,
@@ -88,6 +89,13 @@ class S4WMSpec(LatentWorldModelSpec):
         1e-3, gt=0, le=1,
         description="learning rate of the S4 parameters Δ, Λ, B, at most optim.lr, without weight decay "
         "(S4's code: lr=min(0.001, lr)); they follow the model's schedule",
+    )
+    policy_reads: Literal["output", "output+hidden"] = Field(
+        "output",
+        description="what the policy reads: 'output', [h_t, z_t] as the decoder and heads (the paper "
+        "trains no policy); 'output+hidden', also the S4 hidden state s_t of every layer (real and "
+        "imaginary parts), where h_t need not hold what the next action needs "
+        "(benchmarks/results/popgym_repeat_previous_pair); the model and its losses are the same",
     )
     carry_state: bool = Field(
         True,
@@ -165,7 +173,9 @@ class S4WMWorldModel(WorldModel):
         else:
             self.posterior = CategoricalLatent(embed, spec.stoch, spec.classes, spec.hidden, 1, spec.unimix)
         feat = spec.d_model + zdim
-        self.feature_shape = (feat,)
+        self.reads_hidden = spec.policy_reads == "output+hidden"
+        hidden = 2 * int(torch.Size(self.blocks.state_shape).numel()) if self.reads_hidden else 0
+        self.feature_shape = (feat + hidden,)
         self.decoder = obs_codec(spec, env, feat)
         self.heads = RewardContinueHeads(feat, spec.hidden, spec.mlp_layers, spec.reward_bins)
 
@@ -187,11 +197,18 @@ class S4WMWorldModel(WorldModel):
         return state
 
     def features(self, state: State) -> Tensor:
-        """``[h_t, flat z_t]``."""
+        """What the policy reads: ``[h_t, flat z_t]``, and with ``policy_reads='output+hidden'``
+        the S4 state ``s_t`` flattened after them."""
+        feat = self._heads_in(state)
+        return torch.cat([feat, state["ssm"].flatten(-5)], -1) if self.reads_hidden else feat
+
+    @staticmethod
+    def _heads_in(state: State) -> Tensor:
+        """``[h_t, flat z_t]``: what the decoder and the reward and continue heads read (eq. 6)."""
         return torch.cat([state["deter"], state["stoch"].flatten(-2)], -1)
 
     def decode(self, state: State) -> Obs:
-        return self.decoder.decode(self.features(state))
+        return self.decoder.decode(self._heads_in(state))
 
     # -- parallel form (algorithm 1) ----------------------------------------------------------
     def sequence(
@@ -244,7 +261,7 @@ class S4WMWorldModel(WorldModel):
         """Posterior features and the state after the last step (parallel form, as :meth:`loss`),
         carrying ``action[:, -1]``."""
         post, _, last, _ = self.sequence(batch, state, sample)
-        return self.features(post), last
+        return self._heads_in(post), last
 
     def observe(self, batch: Batch, state: State | None = None, sample: bool = True) -> State:
         """The posterior state after the last step (parallel form), carrying ``action[:, -1]``."""
@@ -254,6 +271,9 @@ class S4WMWorldModel(WorldModel):
         """Parallel windows of ``seq_len`` continuing each other's S4 states (``step``: the
         recurrence row by row); rewards from the head on the posterior after each transition
         (:func:`~wmzoo.nn.world_model.posterior_rewards`)."""
+        if step and self.reads_hidden:
+            raise WmzooError("s4wm with model.policy_reads='output+hidden' reads rewards in the parallel form "
+                             "only (observe_sequence without step)")
         return posterior_rewards(self, self.heads, batch, state, None if step else self.observe_window)
 
     def loss(self, batch: Batch, carry: State | None = None) -> TrainOutput:
@@ -262,7 +282,7 @@ class S4WMWorldModel(WorldModel):
         starts = slice(None, None, spec.start_stride)  # steps 0, k, 2k, … as TSSM-XL's
         # the S4 states of the start states are built only if a policy imagines from this batch
         post, prior_logits, last, every = self.sequence(batch, carry, all_states=spec.start_stride, lazy=True)
-        feat = self.features(post)
+        feat = self._heads_in(post)
         start = detach_state(index_state(post, (slice(None), starts)))
 
         def start_states() -> tuple[State, Tensor, None]:
@@ -279,7 +299,7 @@ class S4WMWorldModel(WorldModel):
             # starts at steps 0, k, 2k, … (k = start_stride), as TSSM-XL's and RSSM's
             starts=start_states,
             carry=detach_state(last) if spec.carry_state else None,
-            features=feat,
+            features=None if self.reads_hidden else feat,  # s_t of every row is not built in training
         )
 
     # -- recurrent form (algorithm 2) ---------------------------------------------------------
@@ -310,9 +330,8 @@ class S4WMWorldModel(WorldModel):
         prior = self._latent(deter, self.prior(deter), ssm, action, sample)
         if self.full_posterior:  # no observation to filter: the posterior stack stays where it was
             prior["post_ssm"] = state["post_ssm"]
-        feat = self.features(prior)
-        reward, cont = self.heads.predict(feat)
-        return Step(state=prior, reward=reward, cont=cont, features=feat)
+        reward, cont = self.heads.predict(self._heads_in(prior))
+        return Step(state=prior, reward=reward, cont=cont, features=self.features(prior))
 
     def _advance(self, state: State, action: Tensor) -> tuple[Tensor, Tensor]:
         """``h_t, s_t = S4Blocks(MLP([z_{t−1}, a_{t−1}]), s_{t−1})``."""

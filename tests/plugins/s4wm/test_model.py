@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wmzoo_plugins.s4wm
+from wmzoo.errors import WmzooError
 from wmzoo.interfaces import Batch, EnvInfo, State
 from wmzoo.nn import OneHotCategoricalST
 from wmzoo.nn.heads import masked_mean
@@ -443,3 +444,46 @@ def test_a_saved_relative_ssm_rate_loads_as_the_same_rate() -> None:
     assert spec.ssm_lr == pytest.approx(0.25 * PRESETS["tiny"].optim.lr)
     own, _, _ = ssm_groups(spec)
     assert own["lr"] == pytest.approx(0.25 * PRESETS["tiny"].optim.lr)
+
+def test_the_policy_can_read_the_s4_hidden_state_and_nothing_else_changes() -> None:
+    """``policy_reads='output+hidden'``: the policy's features are ``[h_t, z_t]`` followed by the S4
+    state of the same step, in training starts, filtering and imagination alike; the losses,
+    rewards, continues and decoded frames are those of the same weights with ``'output'``.
+    Catches: the state of another step (the one before or after an update) appended, the heads or
+    the decoder handed the longer features, a feature_shape the policy is built with that the
+    features do not have."""
+    torch.manual_seed(0)
+    spec = PRESETS["tiny"].model_copy(update={"policy_reads": "output+hidden"})
+    wm = S4WMWorldModel(spec, env_info()).eval()
+    plain = tiny_model()
+    wm.load_state_dict(plain.state_dict())  # the option adds no parameter
+    batch = make_batch(2, 6, firsts=(3,))
+    torch.manual_seed(1)
+    out = wm.loss(batch)
+    torch.manual_seed(1)
+    ref = plain.loss(batch)
+    torch.testing.assert_close(out.losses["model"], ref.losses["model"])
+    assert out.features is None and ref.features is not None
+    start, _, _ = out.imagination_start()
+    feat = wm.features(start)
+    hidden = feat.shape[-1] - plain.feature_shape[0]
+    assert wm.feature_shape == (feat.shape[-1],) and hidden == start["ssm"][0].numel() > 0
+    torch.testing.assert_close(feat[:, :-hidden], plain.features(start))
+    torch.testing.assert_close(feat[:, -hidden:], start["ssm"].flatten(1))
+    action = torch.zeros(feat.shape[0], dtype=torch.long)
+    torch.manual_seed(2)
+    step = wm.imagine_step(start, action)
+    torch.manual_seed(2)
+    ref_step = plain.imagine_step(start, action)
+    torch.testing.assert_close(step.reward, ref_step.reward)
+    torch.testing.assert_close(step.features[:, -hidden:], step.state["ssm"].flatten(1))  # the new step's
+    assert not torch.equal(step.state["ssm"], start["ssm"])
+    torch.testing.assert_close(wm.decode(step.state), plain.decode(step.state))
+    state = wm.observe_step(wm.initial_state(2), batch.obs[:, 0], batch.action[:, 0], batch.is_first[:, 0])
+    torch.testing.assert_close(wm.features(state)[:, -hidden:], state["ssm"].flatten(1))
+    torch.manual_seed(3)
+    rewards = wm.observe_sequence(batch).rewards
+    torch.manual_seed(3)
+    torch.testing.assert_close(rewards, plain.observe_sequence(batch).rewards)
+    with pytest.raises(WmzooError, match="parallel form only"):
+        wm.observe_sequence(batch, step=True)
