@@ -38,6 +38,7 @@ from torch import Tensor
 
 from wmzoo.atomic import write_text_atomic
 from wmzoo.data.dataset import load_episodes
+from wmzoo.errors import WmzooError
 from wmzoo.eval.rollout import load_agent
 from wmzoo.interfaces import Batch
 
@@ -55,8 +56,7 @@ def episodes_batch(data: Path, split: str) -> Batch:
 def probe_accuracy(x: Tensor, y: Tensor, train: Tensor, classes: int, steps: int = 300) -> float:
     """Held-out accuracy of a softmax regression from ``x [N, D]`` to ``y [N]`` fitted (L-BFGS,
     standardised inputs, weight decay 1e-4) on the rows where ``train``, scored on the others."""
-    x = x.flatten(1)
-    x = torch.cat([x.real, x.imag], 1) if x.is_complex() else x.float()
+    x = x.flatten(1).float()
     mean, std = x[train].mean(0), x[train].std(0) + 1e-6
     x = (x - mean) / std
     torch.manual_seed(0)
@@ -82,11 +82,15 @@ def diagnose(checkpoint: Path, batch: Batch, lag: int, horizon: int, seed: int =
     wm.eval()
     torch.manual_seed(seed)
     B, T = batch.shape
-    suit = batch.obs["observation"].argmax(-1)  # [B, T]
+    observation = batch.obs.get("observation") if isinstance(batch.obs, dict) else None
+    if observation is None or observation.shape[-1] != agent.env.num_actions:
+        raise WmzooError(f"{checkpoint}: the data is not a RepeatPrevious dataset of its env (a one-hot "
+                         "'observation' of one entry per action); record one with wmzoo data generate")
+    suit = observation.argmax(-1)  # [B, T]
     start, _, _ = wm.loss(batch).imagination_start()
     n = next(iter(start.values())).shape[0]
     if n != B * T:
-        raise SystemExit(f"{checkpoint}: {n} start states for {B} x {T} rows; this needs one per row "
+        raise WmzooError(f"{checkpoint}: {n} start states for {B} x {T} rows; this needs one per row "
                          "(start_stride 1)")
     rows = torch.arange(n) % T
     scored = (batch.reward != 0).flatten()  # rows with a card to recall
@@ -94,8 +98,7 @@ def diagnose(checkpoint: Path, batch: Batch, lag: int, horizon: int, seed: int =
     per_action = lambda state: torch.stack(  # noqa: E731
         [wm.imagine_step(state, torch.full((n,), a, dtype=torch.long)).reward for a in range(actions)], 1)
     # the suits of rows t - lag .. t, then each imagined row's decoded suit
-    seen = [suit.flatten().roll(j) for j in range(lag, -1, -1)]
-    seen = [torch.where(rows >= j, s, -1) for j, s in zip(range(lag, -1, -1), seen)]
+    seen = [torch.where(rows >= j, suit.flatten().roll(j), -1) for j in range(lag, -1, -1)]
     imagined, state = [], start
     for h in range(horizon + 1):
         predicted = per_action(state)
@@ -137,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    batch = episodes_batch(args.data, args.split)
-    results = [diagnose(c, batch, args.lag, args.horizon) for c in args.checkpoint]
+    try:
+        batch = episodes_batch(args.data, args.split)
+        results = [diagnose(c, batch, args.lag, args.horizon) for c in args.checkpoint]
+    except WmzooError as exc:
+        p.exit(2, f"error: {exc}\n")
     print("| checkpoint | world model: imagined argmax = answer, step 0 / min over steps 1.. | "
           "policy greedy = answer | greedy actions | policy logit std over states | linear probe of the answer |")
     print("|---|---|---|---|---|---|")

@@ -24,7 +24,8 @@ from pathlib import Path
 from wmzoo.errors import WmzooError
 from wmzoo.study.run import CELL_FILE, PLAN_FILE, STUDY_FILE, cell_record, cells_of
 
-LEFT_OUT = ("checkpoint.safetensors", "replay", "*.tmp")
+NEVER_KEPT = ("replay", "*.tmp")
+LEFT_OUT = ("checkpoint.safetensors", *NEVER_KEPT)
 
 
 def _copy(src: Path, dst: Path, left_out: tuple[str, ...] = LEFT_OUT) -> int:
@@ -46,9 +47,8 @@ def keep(out: Path, dest: Path, checkpoints: bool = False) -> list[str]:
     dest.mkdir(parents=True, exist_ok=True)
     for name in (STUDY_FILE, PLAN_FILE):
         _copy_file(out / name, dest / name)
-    left_out = tuple(p for p in LEFT_OUT if not (checkpoints and p == "checkpoint.safetensors"))
     for cell in done:
-        _copy(out / cell.path, dest / cell.path, left_out)
+        _copy(out / cell.path, dest / cell.path, NEVER_KEPT if checkpoints else LEFT_OUT)
     return [c.name for c in done]
 
 
@@ -73,7 +73,7 @@ def restore(kept: Path, out: Path) -> list[str]:
             raise SystemExit(f"{cell.name} ran in {ran_in}, not under {out.absolute()}: restore it to "
                              f"{Path(ran_in).parents[len(Path(cell.path).parts) - 1]}")
     out.mkdir(parents=True, exist_ok=True)
-    _copy(kept, out, ("replay", "*.tmp"))  # a kept checkpoint goes back with its cell
+    _copy(kept, out, NEVER_KEPT)  # a kept checkpoint goes back with its cell
     return [c.name for c in cells if (out / c.path / CELL_FILE).is_file()]
 
 

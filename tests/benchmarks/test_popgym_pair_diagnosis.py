@@ -40,3 +40,15 @@ def test_the_world_models_imagine_the_answer_and_only_rssms_policy_gives_it(data
     assert rssm["probe_of_the_answer_held_out"]["features"] > 0.7
     off = script.diagnose(KEPT / "rssm-tbtt-seed-4.safetensors", batch, lag=2, horizon=1)
     assert max(off["world_model_argmax_correct_by_imagined_step"]) < 0.45 and off["policy_greedy_correct"] < 0.45
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, data):
+    """Catches: a missing dataset or checkpoint shown as a traceback or exiting 1."""
+    script = load_script("popgym_pair_diagnosis")
+    for argv in (["--data", str(tmp_path / "none"), "--checkpoint", str(KEPT / "s4wm-seed-3.safetensors")],
+                 ["--data", str(data), "--checkpoint", str(tmp_path / "none.safetensors")]):
+        with pytest.raises(SystemExit) as exit_:
+            script.main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err

@@ -487,11 +487,12 @@ def cell_curve(logged: Mapping[str, list[tuple[int, float]]], offline: bool) -> 
 def on_steps(curve: Mapping[int, float], steps: Sequence[int]) -> np.ndarray:
     """One seed's curve read at ``steps``: linear between its logged points, its own value at a
     logged step, NaN before its first and after its last (no seed extrapolated)."""
-    xs = np.array(sorted(curve), dtype=np.float64)
+    logged = sorted(curve)
     at = np.asarray(steps, dtype=np.float64)
-    if not xs.size:
+    if not logged:
         return np.full(at.shape, np.nan)
-    values = np.interp(at, xs, [curve[int(x)] for x in xs])
+    xs = np.array(logged, dtype=np.float64)
+    values = np.interp(at, xs, [curve[step] for step in logged])
     values[(at < xs[0]) | (at > xs[-1])] = np.nan
     return values
 

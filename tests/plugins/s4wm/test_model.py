@@ -445,6 +445,7 @@ def test_a_saved_relative_ssm_rate_loads_as_the_same_rate() -> None:
     own, _, _ = ssm_groups(spec)
     assert own["lr"] == pytest.approx(0.25 * PRESETS["tiny"].optim.lr)
 
+
 def test_the_policy_can_read_the_s4_hidden_state_and_nothing_else_changes() -> None:
     """``policy_reads='output+hidden'``: the policy's features are ``[h_t, z_t]`` followed by the S4
     state of the same step, in training starts, filtering and imagination alike; the losses,
