@@ -151,7 +151,7 @@ class FrameEncoder(nn.Module):
             c = m * spec.channels
             if d:
                 layers.append(nn.Conv2d(c, c, 2, 2))
-        layers += [_norm(c, GROUPS), nn.SiLU(), nn.Conv2d(c, latent_dim, 3, 1, 1)]
+        layers += [_norm(c, GROUPS), nn.SiLU(inplace=True), nn.Conv2d(c, latent_dim, 3, 1, 1)]
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -174,7 +174,7 @@ class FrameDecoder(nn.Module):
             if spec.down[i]:
                 layers += [nn.Upsample(scale_factor=2.0, mode="nearest"), nn.Conv2d(chans[i], chans[i], 3, 1, 1)]
             layers.append(ResBlock(chans[i], chans[i - 1] if i else spec.channels, GROUPS))
-        layers += [_norm(spec.channels, GROUPS), nn.SiLU(), nn.Conv2d(spec.channels, out_channels, 3, 1, 1)]
+        layers += [_norm(spec.channels, GROUPS), nn.SiLU(inplace=True), nn.Conv2d(spec.channels, out_channels, 3, 1, 1)]
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
