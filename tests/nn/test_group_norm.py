@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -17,11 +17,14 @@ CL = torch.channels_last
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 3), groups=st.sampled_from([1, 2, 4]), per_group=st.integers(1, 3),
-       side=st.sampled_from([(1, 2), (3, 5), (8, 8), (32, 32), (33, 40)]), seed=st.integers(0, 2**16))
+       side=st.sampled_from([(1, 2), (3, 5), (8, 8), (32, 32), (33, 40), (96, 128)]), seed=st.integers(0, 2**16))
+@example(n=3, groups=4, per_group=3, side=(96, 128), seed=0)  # three chunks of one sample
+@example(n=3, groups=2, per_group=1, side=(96, 128), seed=1)  # two chunks: of two samples, then one
 def test_the_written_out_backward_is_group_norms_gradient(n, groups, per_group, side, seed):
     # Catches: a sign or a factor of the x̂ term, ρ left out of dw, a group mean over the wrong
     # axis (channels of other groups), the mean and deviation of the other layout's path (below
-    # and above 1,024 pixels), the output handed back contiguous. In float64 the written-out
+    # and above 1,024 pixels), the output handed back contiguous, a chunk of samples skipped or
+    # written twice (96 × 128 maps: a chunk per sample or two). In float64 the written-out
     # gradient equals autograd's through torch's GroupNorm to rounding.
     torch.manual_seed(seed)
     c = groups * per_group

@@ -133,11 +133,14 @@ def _group_norm_channels_last(x: Tensor, weight: Tensor, bias: Tensor, groups: i
     return y.contiguous(memory_format=torch.channels_last), mean, rstd
 
 
+_CACHED_ELEMENTS = 1 << 18  # a chunk of 512 KiB in bfloat16
+
+
 class _ChannelsLastGroupNorm(torch.autograd.Function):
     """GroupNorm of a channels-last half-precision map on a CPU: the forward of
     :func:`_group_norm_channels_last`, and the backward written out in three passes over the map
     (two sums over the pixels, then ``dx = g·a + x·b + c`` with per-(sample, channel) ``a, b,
-    c``), which keep the layout.
+    c``), which keep the layout, a few samples at a time.
 
     With ``x̂ = (x − μ)·ρ`` (``μ, ρ`` the group's mean and inverse deviation over its ``M``
     elements), ``y = w·x̂ + β`` has ``dx = ρ·(w·g − S₁/M − x̂·S₂/M)``, ``S₁ = Σ_group w·g`` and
@@ -157,11 +160,15 @@ class _ChannelsLastGroupNorm(torch.autograd.Function):
         N, C, H, W = x.shape
         per_group = C // ctx.groups
         acc = torch.promote_types(x.dtype, torch.float32)
+        # a few samples at a time: the float32 copies the sums make and the products stay in the
+        # CPU's cache (the whole map at once: 4× slower for 104 × 32 × 64 × 64)
+        step = max(1, _CACHED_ELEMENTS // x[0].numel())
+        chunks = [slice(i, i + step) for i in range(0, N, step)]
         mu = mean.to(acc).repeat_interleave(per_group, 1)  # [N, C]
         rho = rstd.to(acc).repeat_interleave(per_group, 1)
         w = weight.to(acc)
-        sum_g = g.sum((2, 3), dtype=acc)  # Σ_pixels g           [N, C]
-        sum_gx = (g * x).sum((2, 3), dtype=acc)  # Σ_pixels g·x  [N, C]
+        sum_g = torch.cat([g[n].sum((2, 3), dtype=acc) for n in chunks])  # Σ_pixels g    [N, C]
+        sum_gx = torch.cat([(g[n] * x[n]).sum((2, 3), dtype=acc) for n in chunks])  # Σ_pixels g·x
         sum_gxhat = (sum_gx - mu * sum_g) * rho  # Σ_pixels g·x̂  [N, C]
         M = H * W * per_group
 
@@ -169,10 +176,11 @@ class _ChannelsLastGroupNorm(torch.autograd.Function):
             return v.view(N, ctx.groups, per_group).sum(-1).repeat_interleave(per_group, 1) / M
 
         s1, s2 = group_mean(sum_g * w), group_mean(sum_gxhat * w)
-        a, b = w * rho, -rho * rho * s2
-        c = rho * (mu * rho * s2 - s1)
-        dx = torch.addcmul(c.to(x.dtype)[..., None, None], g, a.to(x.dtype)[..., None, None])
-        dx.addcmul_(x, b.to(x.dtype)[..., None, None])
+        a, b = (w * rho).to(x.dtype)[..., None, None], (-rho * rho * s2).to(x.dtype)[..., None, None]
+        c = (rho * (mu * rho * s2 - s1)).to(x.dtype)[..., None, None]
+        dx = torch.empty_like(g)
+        for n in chunks:
+            torch.addcmul(c[n], g[n], a[n], out=dx[n]).addcmul_(x[n], b[n])
         return dx, sum_gxhat.sum(0).to(weight.dtype), sum_g.sum(0).to(weight.dtype), None, None
 
 
