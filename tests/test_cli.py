@@ -134,3 +134,38 @@ def test_list_keeps_its_columns_aligned_past_long_names(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines()[1:] if line.split()[1:2] == ["ok"]]
     longest = max(len(line.split()[0]) for line in rows)
     assert longest > 24 and {line.index(" ok ", 2) for line in rows} == {2 + longest}
+
+
+_MALLINFO = """
+import ctypes
+from wmzoo.cli import keep_freed_memory
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+kept = keep_freed_memory()
+before = libc.mallinfo2().hblkhd
+block = bytearray(100 << 20)  # over glibc's 32 MiB ceiling of its mmap threshold
+print(kept, libc.mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.parametrize("setting, kept", [(None, True), ("system", False)])
+def test_the_cli_keeps_freed_memory_in_mallocs_heap_unless_told_not_to(setting, kept, monkeypatch):
+    # Catches: another mallopt parameter set (the 100 MiB block still mapped on its own), the
+    # WMZOO_MALLOC=system opt-out ignored, and (below) the CLI not calling it.
+    env = {k: v for k, v in __import__("os").environ.items() if k != "WMZOO_MALLOC"}
+    if setting:
+        env["WMZOO_MALLOC"] = setting
+    out = subprocess.run([sys.executable, "-c", _MALLINFO], env=env, capture_output=True, text=True, check=True)
+    flag, mapped = out.stdout.split()
+    assert flag == str(kept)
+    assert (int(mapped) == 0) is kept  # kept: from the heap, no block mapped for it
+    import wmzoo.cli as cli
+
+    calls: list[int] = []
+    monkeypatch.setattr(cli, "keep_freed_memory", lambda: calls.append(1) or True)
+    assert main(["list"]) == 0
+    assert calls == [1]
