@@ -10,7 +10,7 @@ every round. Units are ``benchmarks/official_speed.py``'s wmzoo sides::
 
     python benchmarks/malloc_keep.py delta-iris:world_model_update_fp32 rem:imagination --rounds 5
 
-Linux with glibc only (it says so in one line elsewhere, exit 2).
+Linux with glibc only (elsewhere it says so in one line, exit 2; so does an unknown unit).
 """
 
 from __future__ import annotations
@@ -40,17 +40,19 @@ def unit(name: str, batch: int) -> Callable[[], None]:
     """``backbone:unit`` → wmzoo's side of that unit in official_speed.py (``delta-iris``, ``rssm``,
     ``iris``, ``rem``; ``paper`` presets)."""
     backbone, _, what = name.partition(":")
+    if backbone not in ("delta-iris", "rssm", "iris", "rem"):
+        raise ValueError(f"unknown backbone {backbone!r} in {name!r}; one of delta-iris, rssm, iris, rem")
+    if what not in official_speed.UNITS:
+        raise ValueError(f"{backbone} has no unit {what!r}; one of {', '.join(official_speed.UNITS)}")
     if backbone == "delta-iris":
         units, _ = official_speed.wmzoo_delta_iris_units(batch, 26)
     elif backbone == "rssm":
         units, _ = official_speed.wmzoo_rssm_units(batch, 64)
-    elif backbone in ("iris", "rem"):
+    else:
         agent = official_speed.wmzoo_agent(backbone)
         units, _ = official_speed.wmzoo_units(agent, batch, agent.world_model.spec.seq_len)
-    else:
-        raise SystemExit(f"error: unknown backbone {backbone!r} in {name!r}; one of delta-iris, rssm, iris, rem")
     if what not in units:
-        raise SystemExit(f"error: {backbone} has no unit {what!r}; one of {', '.join(units)}")
+        raise ValueError(f"{backbone} has no unit {what!r}; one of {', '.join(units)}")
     return units[what][0]
 
 
@@ -80,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for name in args.units:
-        f = unit(name, args.batch)
+        try:
+            f = unit(name, args.batch)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         seconds: dict[str, list[float]] = {"system": [], "keep": []}
         for r in range(args.rounds):
             for arm in ("system", "keep") if r % 2 == 0 else ("keep", "system"):
