@@ -30,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import official_speed  # noqa: E402
 
 from wmzoo.atomic import write_text_atomic  # noqa: E402
-from wmzoo.cli import FREED_MEMORY_KEPT  # noqa: E402
+from wmzoo.cli import FREED_MEMORY_KEPT, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD  # noqa: E402
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 ARMS = {"system": (32 << 20, 64 << 20), "keep": (FREED_MEMORY_KEPT, FREED_MEMORY_KEPT)}
 
 
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write every round here")
     args = p.parse_args(argv)
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        libc = ctypes.CDLL(None)
         mallopt, trim = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):
         print("error: this C library has no mallopt (glibc only)", file=sys.stderr)

@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 FREED_MEMORY_KEPT = 1 << 30  # bytes: blocks up to this size come from, and go back to, malloc's heap
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
 
 
 def keep_freed_memory(limit: int = FREED_MEMORY_KEPT) -> bool:
@@ -257,15 +258,12 @@ def keep_freed_memory(limit: int = FREED_MEMORY_KEPT) -> bool:
     if os.environ.get("WMZOO_MALLOC", "keep") == "system" or not sys.platform.startswith("linux"):
         return False
     import ctypes
-    import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+    try:  # the C library this process already runs on (no search: this runs at every command's start)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
-    return bool(mallopt(m_mmap_threshold, limit)) and bool(mallopt(m_trim_threshold, limit))
+    return bool(mallopt(M_MMAP_THRESHOLD, limit)) and bool(mallopt(M_TRIM_THRESHOLD, limit))
 
 
 def main(argv: list[str] | None = None) -> int:
